@@ -1,0 +1,519 @@
+// Package lifecycle is checkpointd's gRPC service: it applies the node-side
+// rules of the config lifecycle to the store and the target file. Records
+// change only after the target file is in place, and a late error rolls the
+// node back to last-known-good by itself.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/materialize"
+	"nodeconfig.io/services/checkpointd/internal/store"
+	"nodeconfig.io/services/checkpointd/internal/validate"
+)
+
+// DefaultSoakSeconds is the seeds' 10-minute soak.
+const DefaultSoakSeconds = 600
+
+// Service implements nodeconfig.v1.CheckpointService.
+type Service struct {
+	nodeconfigv1.UnimplementedCheckpointServiceServer
+
+	store   *store.Store
+	target  materialize.Target
+	metrics *Metrics
+	log     *slog.Logger
+	// maxWatchers caps concurrent WatchRecords streams (0 = no cap).
+	maxWatchers int
+
+	// mu orders record changes with target writes, so the file on disk and
+	// the active record never disagree for long.
+	mu sync.Mutex
+}
+
+// Options configure a Service.
+type Options struct {
+	Store       *store.Store
+	Target      materialize.Target
+	Metrics     *Metrics
+	Log         *slog.Logger
+	MaxWatchers int
+}
+
+// New builds the service.
+func New(o Options) *Service {
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return &Service{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers}
+}
+
+// PutCheckpoint stores a ConfigMap version.
+func (s *Service) PutCheckpoint(_ context.Context, req *nodeconfigv1.PutCheckpointRequest) (*nodeconfigv1.PutCheckpointResponse, error) {
+	src := req.GetSource()
+	if src == nil {
+		return nil, status.Error(codes.InvalidArgument, "source is required: pass the ConfigMap's namespace, name, uid and resource_version")
+	}
+	if err := errors.Join(validate.Version(src.GetUid(), src.GetResourceVersion()), validate.Data(req.GetData(), src.GetKey())); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	start := time.Now()
+	p, created, err := s.store.PutPayload(store.Payload{
+		Namespace: src.GetNamespace(), Name: src.GetName(),
+		UID: src.GetUid(), ResourceVersion: src.GetResourceVersion(),
+		Data: req.GetData(),
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if created {
+		s.metrics.commitSeconds.Observe(time.Since(start).Seconds())
+		s.metrics.checkpointsStored.Inc()
+		s.metrics.checkpointBytes.Add(float64(p.SizeBytes))
+	}
+	return &nodeconfigv1.PutCheckpointResponse{Checkpoint: info(p), Created: created}, nil
+}
+
+// GetCheckpoint returns a stored payload.
+func (s *Service) GetCheckpoint(_ context.Context, req *nodeconfigv1.GetCheckpointRequest) (*nodeconfigv1.GetCheckpointResponse, error) {
+	if err := validate.Version(req.GetUid(), req.GetResourceVersion()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	p, err := s.store.GetPayload(req.GetUid(), req.GetResourceVersion())
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return &nodeconfigv1.GetCheckpointResponse{Checkpoint: info(p), Data: p.Data}, nil
+}
+
+// ListCheckpoints lists stored payloads.
+func (s *Service) ListCheckpoints(context.Context, *nodeconfigv1.ListCheckpointsRequest) (*nodeconfigv1.ListCheckpointsResponse, error) {
+	ps, err := s.store.ListPayloads()
+	if err != nil {
+		return nil, storeError(err)
+	}
+	resp := &nodeconfigv1.ListCheckpointsResponse{}
+	for _, p := range ps {
+		resp.Checkpoints = append(resp.Checkpoints, info(p))
+	}
+	return resp, nil
+}
+
+// DeleteCheckpoint removes an unreferenced payload.
+func (s *Service) DeleteCheckpoint(_ context.Context, req *nodeconfigv1.DeleteCheckpointRequest) (*nodeconfigv1.DeleteCheckpointResponse, error) {
+	if err := validate.Version(req.GetUid(), req.GetResourceVersion()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := s.store.DeletePayload(req.GetUid(), req.GetResourceVersion()); err != nil {
+		return nil, storeError(err)
+	}
+	s.refreshStoreGauges()
+	return &nodeconfigv1.DeleteCheckpointResponse{}, nil
+}
+
+// GetRecords returns the records.
+func (s *Service) GetRecords(context.Context, *nodeconfigv1.GetRecordsRequest) (*nodeconfigv1.GetRecordsResponse, error) {
+	recs, err := s.store.Records()
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return &nodeconfigv1.GetRecordsResponse{Records: recs}, nil
+}
+
+// SetAssigned records the config the node will try to use. Assigning the
+// same source with the same settings again changes nothing, so the soak
+// clock, which starts at the record's write time, is never reset by a retry.
+func (s *Service) SetAssigned(_ context.Context, req *nodeconfigv1.SetAssignedRequest) (*nodeconfigv1.SetAssignedResponse, error) {
+	src := req.GetSource()
+	if err := validate.Source(src); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if req.GetSoakSeconds() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "soak_seconds must not be negative (0 means the default of 600)")
+	}
+	if _, ok := nodeconfigv1.Validator_name[int32(req.GetValidator())]; !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown validator %d", req.GetValidator())
+	}
+	p, err := s.store.GetPayload(src.GetUid(), src.GetResourceVersion())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.FailedPrecondition, "no checkpoint for %s/%s: call PutCheckpoint first; assigned only ever names a config on disk", src.GetUid(), src.GetResourceVersion())
+	}
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if _, ok := p.Data[src.GetKey()]; !ok {
+		return nil, status.Errorf(codes.FailedPrecondition, "checkpoint %s/%s has no key %q", src.GetUid(), src.GetResourceVersion(), src.GetKey())
+	}
+	soak := req.GetSoakSeconds()
+	if soak == 0 {
+		soak = DefaultSoakSeconds
+	}
+	validator := req.GetValidator()
+	if validator == nodeconfigv1.Validator_VALIDATOR_UNSPECIFIED {
+		validator = nodeconfigv1.Validator_VALIDATOR_YAML
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recs, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		a := r.GetAssigned()
+		if a != nil && proto.Equal(a.GetSource(), src) && a.GetSoakSeconds() == soak && a.GetValidator() == validator {
+			return false, nil
+		}
+		r.Assigned = &nodeconfigv1.AssignedRecord{Source: src, SoakSeconds: soak, Validator: validator, WrittenAt: now}
+		// The error belonged to the previous assignment.
+		r.Error = nil
+		return true, nil
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return &nodeconfigv1.SetAssignedResponse{Records: recs}, nil
+}
+
+// Activate makes the assigned config active, or rolls back on a late error.
+func (s *Service) Activate(context.Context, *nodeconfigv1.ActivateRequest) (*nodeconfigv1.ActivateResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	outcome, recs, err := s.activateLocked()
+	if err != nil {
+		return nil, err
+	}
+	return &nodeconfigv1.ActivateResponse{Outcome: outcome, Records: recs}, nil
+}
+
+func (s *Service) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Records, error) {
+	recs, err := s.store.Records()
+	if err != nil {
+		return 0, nil, storeError(err)
+	}
+	assigned := recs.GetAssigned()
+	if assigned == nil {
+		if _, err := s.ensureTarget(recs.GetActive().GetSource()); err != nil {
+			return 0, nil, status.Error(codes.Internal, err.Error())
+		}
+		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_NOTHING_ASSIGNED, recs, nil
+	}
+	content, reason, loadErr := s.load(assigned.GetSource(), assigned.GetValidator())
+	if loadErr != nil {
+		recs, err := s.rollBackLocked(reason, fmt.Sprintf("%s %s: %v", describe(assigned.GetSource()), reasonVerb(reason), loadErr))
+		if err != nil {
+			return 0, nil, err
+		}
+		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, recs, nil
+	}
+	if err := s.target.Write(content); err != nil {
+		return 0, nil, status.Errorf(codes.Internal, "write target %s: %v", s.target.Path(), err)
+	}
+	recs, err = s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		changed := false
+		if !proto.Equal(r.GetActive().GetSource(), r.GetAssigned().GetSource()) {
+			r.Active = &nodeconfigv1.SourceRecord{Source: r.GetAssigned().GetSource(), WrittenAt: now}
+			changed = true
+		}
+		if r.Error != nil {
+			r.Error = nil
+			changed = true
+		}
+		return changed, nil
+	})
+	if err != nil {
+		return 0, nil, storeError(err)
+	}
+	s.metrics.activations.Inc()
+	return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED, recs, nil
+}
+
+// rollBackLocked makes last-known-good active (nil: the local default, so
+// the target file goes) and records a late error.
+func (s *Service) rollBackLocked(reason, message string) (*nodeconfigv1.Records, error) {
+	recs, err := s.store.Records()
+	if err != nil {
+		return nil, storeError(err)
+	}
+	fallback := recs.GetLastKnownGood()
+	if _, err := s.ensureTarget(fallback.GetSource()); err != nil {
+		// Even last-known-good does not load: the local default is always good.
+		s.log.Error("last-known-good does not load; falling back to the local default", "err", err)
+		fallback = nil
+		if err := s.target.Remove(); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	recs, err = s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		if fallback == nil {
+			r.Active = nil
+		} else if !proto.Equal(r.GetActive().GetSource(), fallback.GetSource()) {
+			r.Active = &nodeconfigv1.SourceRecord{Source: fallback.GetSource(), WrittenAt: now}
+		}
+		r.Error = &nodeconfigv1.ErrorRecord{
+			Error:     &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: reason, Message: message},
+			WrittenAt: now,
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	s.metrics.rollbacks.Inc()
+	s.log.Warn("rolled back", "reason", reason, "message", message, "active", describe(recs.GetActive().GetSource()))
+	return recs, nil
+}
+
+// PromoteLastKnownGood makes the active assigned config last-known-good.
+func (s *Service) PromoteLastKnownGood(_ context.Context, req *nodeconfigv1.PromoteLastKnownGoodRequest) (*nodeconfigv1.PromoteLastKnownGoodResponse, error) {
+	src := req.GetSource()
+	if err := validate.Source(src); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var refusal error
+	recs, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		switch {
+		case !proto.Equal(r.GetAssigned().GetSource(), src):
+			refusal = fmt.Errorf("%s is not assigned (assigned: %s)", describe(src), describe(r.GetAssigned().GetSource()))
+		case !proto.Equal(r.GetActive().GetSource(), src):
+			refusal = fmt.Errorf("%s is not active (active: %s)", describe(src), describe(r.GetActive().GetSource()))
+		case r.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
+			refusal = fmt.Errorf("%s has a late error: %s", describe(src), r.GetError().GetError().GetMessage())
+		}
+		if refusal != nil || proto.Equal(r.GetLastKnownGood().GetSource(), src) {
+			return false, nil
+		}
+		r.LastKnownGood = &nodeconfigv1.SourceRecord{Source: src, WrittenAt: now}
+		return true, nil
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	if refusal != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "cannot promote: %v", refusal)
+	}
+	return &nodeconfigv1.PromoteLastKnownGoodResponse{Records: recs}, nil
+}
+
+// SetError records an early error, or clears the error.
+func (s *Service) SetError(_ context.Context, req *nodeconfigv1.SetErrorRequest) (*nodeconfigv1.SetErrorResponse, error) {
+	e := req.GetError()
+	if e != nil {
+		if e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY {
+			return nil, status.Error(codes.InvalidArgument, "only early errors may be set: late errors come from Activate, which also rolls back")
+		}
+		if err := validate.Reason(e.GetReason()); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if e.GetMessage() == "" {
+			return nil, status.Error(codes.InvalidArgument, "error.message is empty: say what went wrong")
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	recs, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		if proto.Equal(r.GetError().GetError(), e) {
+			return false, nil
+		}
+		if e == nil {
+			r.Error = nil
+		} else {
+			r.Error = &nodeconfigv1.ErrorRecord{Error: e, WrittenAt: now}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return &nodeconfigv1.SetErrorResponse{Records: recs}, nil
+}
+
+// Reset returns the node to its local default: the target file goes first,
+// then every record becomes nil.
+func (s *Service) Reset(context.Context, *nodeconfigv1.ResetRequest) (*nodeconfigv1.ResetResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.target.Remove(); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	recs, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, _ *timestamppb.Timestamp) (bool, error) {
+		if r.Assigned == nil && r.Active == nil && r.LastKnownGood == nil && r.Error == nil {
+			return false, nil
+		}
+		r.Assigned, r.Active, r.LastKnownGood, r.Error = nil, nil, nil, nil
+		return true, nil
+	})
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return &nodeconfigv1.ResetResponse{Records: recs}, nil
+}
+
+// RepairDrift rewrites the target when it differs from the active payload.
+func (s *Service) RepairDrift(context.Context, *nodeconfigv1.RepairDriftRequest) (*nodeconfigv1.RepairDriftResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	repaired, err := s.repairLocked()
+	if err != nil {
+		return nil, err
+	}
+	return &nodeconfigv1.RepairDriftResponse{Repaired: repaired}, nil
+}
+
+// Recover runs once at start, before serving: it re-materializes the active
+// config (repairing drift), finishes an activation a crash interrupted, and
+// falls back to last-known-good if the active config no longer loads.
+func (s *Service) Recover() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.target.CleanTemps()
+	s.refreshStoreGauges()
+	recs, err := s.store.Records()
+	if err != nil {
+		return err
+	}
+	assigned := recs.GetAssigned()
+	if assigned != nil && !proto.Equal(assigned.GetSource(), recs.GetActive().GetSource()) &&
+		recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
+		// Like the kubelet after a restart: try to make assigned active.
+		_, _, err := s.activateLocked()
+		return err
+	}
+	_, err = s.repairLocked()
+	return err
+}
+
+// repairLocked makes the target match the active record, or rolls back when
+// the active payload no longer loads.
+func (s *Service) repairLocked() (bool, error) {
+	recs, err := s.store.Records()
+	if err != nil {
+		return false, storeError(err)
+	}
+	active := recs.GetActive().GetSource()
+	changed, err := s.ensureTarget(active)
+	if err != nil {
+		if _, rbErr := s.rollBackLocked(validate.ReasonLoadFailed, fmt.Sprintf("active %s no longer loads: %v", describe(active), err)); rbErr != nil {
+			return false, rbErr
+		}
+		return true, nil
+	}
+	if changed {
+		s.metrics.driftRepairs.Inc()
+		s.log.Warn("target file drifted from the active config; rewrote it", "target", s.target.Path(), "active", describe(active))
+	}
+	return changed, nil
+}
+
+// ensureTarget makes the target file hold src's payload (nil: no file).
+func (s *Service) ensureTarget(src *nodeconfigv1.ConfigSource) (bool, error) {
+	var content []byte
+	if src != nil {
+		var err error
+		content, _, err = s.load(src, nodeconfigv1.Validator_VALIDATOR_NONE)
+		if err != nil {
+			return false, err
+		}
+	}
+	return s.target.Ensure(content)
+}
+
+// load reads one key of a checkpoint and validates it. The reason says
+// which late error a failure is.
+func (s *Service) load(src *nodeconfigv1.ConfigSource, v nodeconfigv1.Validator) ([]byte, string, error) {
+	p, err := s.store.GetPayload(src.GetUid(), src.GetResourceVersion())
+	if err != nil {
+		return nil, validate.ReasonLoadFailed, err
+	}
+	value, ok := p.Data[src.GetKey()]
+	if !ok {
+		return nil, validate.ReasonLoadFailed, fmt.Errorf("checkpoint has no key %q", src.GetKey())
+	}
+	if err := validate.Payload(v, []byte(value)); err != nil {
+		return nil, validate.ReasonValidationFailed, err
+	}
+	return []byte(value), "", nil
+}
+
+// RunGC sweeps unreferenced payloads every interval until ctx ends.
+func (s *Service) RunGC(ctx context.Context, interval, minAge time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := s.store.SweepUnreferenced(minAge)
+			if err != nil {
+				s.log.Error("checkpoint sweep failed", "err", err)
+				continue
+			}
+			if n > 0 {
+				s.log.Info("swept unreferenced checkpoints", "removed", n)
+				s.refreshStoreGauges()
+			}
+		}
+	}
+}
+
+func (s *Service) refreshStoreGauges() {
+	ps, err := s.store.ListPayloads()
+	if err != nil {
+		return
+	}
+	var bytes int64
+	for _, p := range ps {
+		bytes += p.SizeBytes
+	}
+	s.metrics.checkpointsStored.Set(float64(len(ps)))
+	s.metrics.checkpointBytes.Set(float64(bytes))
+}
+
+func info(p store.Payload) *nodeconfigv1.CheckpointInfo {
+	return &nodeconfigv1.CheckpointInfo{
+		Source:    &nodeconfigv1.ConfigSource{Namespace: p.Namespace, Name: p.Name, Uid: p.UID, ResourceVersion: p.ResourceVersion},
+		Sha256:    p.SHA256,
+		SizeBytes: p.SizeBytes,
+		StoredAt:  timestamppb.New(p.StoredAt),
+	}
+}
+
+func describe(src *nodeconfigv1.ConfigSource) string {
+	if src == nil {
+		return "the local default"
+	}
+	return fmt.Sprintf("%s/%s key %s (uid %s, resourceVersion %s)", src.GetNamespace(), src.GetName(), src.GetKey(), src.GetUid(), src.GetResourceVersion())
+}
+
+func reasonVerb(reason string) string {
+	if reason == validate.ReasonValidationFailed {
+		return "failed validation"
+	}
+	return "failed to load"
+}
+
+func storeError(err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, store.ErrConflict):
+		return status.Error(codes.AlreadyExists, err.Error()+"; a ConfigMap version never changes content, so this is a bug in the caller")
+	case errors.Is(err, store.ErrReferenced):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	default:
+		return status.Errorf(codes.Internal, "store: %v", err)
+	}
+}

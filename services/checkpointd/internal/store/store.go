@@ -1,0 +1,405 @@
+// Package store is checkpointd's durable state: ConfigMap payloads keyed by
+// uid/resourceVersion and the assigned / active / lastKnownGood / error
+// records, in one bbolt file. Every change is one fsynced transaction, so a
+// crash at any instant leaves either the old or the new state.
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+)
+
+// SchemaVersion is the layout this code reads and writes. A store with a
+// higher version was written by a newer checkpointd and is never touched.
+const SchemaVersion = 1
+
+var (
+	bucketMeta     = []byte("meta")
+	bucketPayloads = []byte("payloads")
+	bucketRecords  = []byte("records")
+	keySchema      = []byte("schema_version")
+	keyRecords     = []byte("current")
+)
+
+// Errors callers can test with errors.Is.
+var (
+	ErrNotFound       = errors.New("checkpoint not found")
+	ErrConflict       = errors.New("a different payload is already stored under this uid/resourceVersion")
+	ErrReferenced     = errors.New("checkpoint is referenced by a record")
+	ErrNewerSchema    = errors.New("store was written by a newer checkpointd")
+	ErrCorrupt        = errors.New("store file is corrupt")
+	ErrChecksumFailed = errors.New("payload does not match its sha256")
+)
+
+// Payload is one stored ConfigMap version.
+type Payload struct {
+	Namespace       string            `json:"namespace"`
+	Name            string            `json:"name"`
+	UID             string            `json:"uid"`
+	ResourceVersion string            `json:"resourceVersion"`
+	Data            map[string]string `json:"data"`
+	SHA256          string            `json:"sha256"`
+	SizeBytes       int64             `json:"sizeBytes"`
+	StoredAt        time.Time         `json:"storedAt"`
+}
+
+// Store is the open bbolt file plus the watchers of its records.
+type Store struct {
+	db      *bolt.DB
+	path    string
+	now     func() time.Time
+	watchMu sync.Mutex
+	watches map[*Watch]struct{}
+	// published is the newest revision handed to watchers.
+	published uint64
+	closed    bool
+}
+
+// Options tune Open.
+type Options struct {
+	// NoSync skips fsync; only for tests that do not measure durability.
+	NoSync bool
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Open opens (or creates) the store at path. It refuses, with the file left
+// as it is, a store from a newer schema or one that bbolt cannot read: a
+// silently re-created store would lose last-known-good.
+func Open(path string, opts Options) (s *Store, err error) {
+	if fi, statErr := os.Stat(path); statErr == nil && fi.Size() == 0 {
+		// bbolt would initialise an empty file as a new store.
+		return nil, fmt.Errorf("%w: %s is empty (truncated?); it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path)
+	}
+	defer func() {
+		// bbolt panics on some corrupt pages; turn that into a refusal.
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("%w: %s: %v; it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path, r)
+		}
+	}()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: opts.NoSync})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open store %s: another process holds its lock", path)
+		}
+		return nil, fmt.Errorf("%w: open %s: %v; it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path, err)
+	}
+	s = &Store{db: db, path: path, now: opts.Now, watches: map[*Watch]struct{}{}}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if err := s.checkSchema(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) checkSchema() error {
+	var found uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketMeta); b != nil {
+			if v := b.Get(keySchema); v != nil {
+				n, err := strconv.ParseUint(string(v), 10, 64)
+				if err != nil {
+					return fmt.Errorf("%w: %s: schema version %q is not a number", ErrCorrupt, s.path, v)
+				}
+				found = n
+			}
+		}
+		// Drain the whole channel: Check's goroutine must finish before the tx ends.
+		var first error
+		for err := range tx.Check() {
+			if first == nil {
+				first = err
+			}
+		}
+		if first != nil {
+			return fmt.Errorf("%w: %s: %v; it was left in place for inspection, see docs/recovery.md", ErrCorrupt, s.path, first)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if found > SchemaVersion {
+		return fmt.Errorf("%w: %s has schema version %d, this checkpointd understands up to %d; run a newer checkpointd (the file was not modified)", ErrNewerSchema, s.path, found, SchemaVersion)
+	}
+	if found == SchemaVersion {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketMeta, bucketPayloads, bucketRecords} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
+	})
+}
+
+// Path is the store file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the store and ends every watch.
+func (s *Store) Close() error {
+	s.watchMu.Lock()
+	s.closed = true
+	for w := range s.watches {
+		close(w.done)
+		delete(s.watches, w)
+	}
+	s.watchMu.Unlock()
+	return s.db.Close()
+}
+
+// PayloadKey is the bbolt key of a payload.
+func PayloadKey(uid, resourceVersion string) []byte {
+	return []byte(uid + "/" + resourceVersion)
+}
+
+// Digest is the sha256 over the sorted keys and values, each length-prefixed
+// so that no two different maps share a digest input.
+func Digest(data map[string]string) (sum string, size int64) {
+	keys := make([]string, 0, len(data))
+	for k := range data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	var n [8]byte
+	for _, k := range keys {
+		for _, part := range []string{k, data[k]} {
+			binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+			h.Write(n[:])
+			h.Write([]byte(part))
+			size += int64(len(part))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), size
+}
+
+// PutPayload stores p unless the same content is already there. Concurrent
+// callers share fsyncs through bbolt's Batch.
+func (s *Store) PutPayload(p Payload) (stored Payload, created bool, err error) {
+	p.SHA256, p.SizeBytes = Digest(p.Data)
+	key := PayloadKey(p.UID, p.ResourceVersion)
+	err = s.db.Batch(func(tx *bolt.Tx) error {
+		// Batch may run this function more than once; keep it idempotent.
+		created = false
+		b := tx.Bucket(bucketPayloads)
+		if old := b.Get(key); old != nil {
+			existing, err := decodePayload(old)
+			if err != nil {
+				return err
+			}
+			if existing.SHA256 != p.SHA256 {
+				return fmt.Errorf("%w: %s has sha256 %s, the request has %s", ErrConflict, key, existing.SHA256, p.SHA256)
+			}
+			stored = existing
+			return nil
+		}
+		p.StoredAt = s.now().UTC()
+		buf, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		stored, created = p, true
+		return b.Put(key, buf)
+	})
+	return stored, created, err
+}
+
+// GetPayload loads a payload and checks its digest.
+func (s *Store) GetPayload(uid, resourceVersion string) (Payload, error) {
+	var p Payload
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketPayloads).Get(PayloadKey(uid, resourceVersion))
+		if v == nil {
+			return fmt.Errorf("%w: %s/%s", ErrNotFound, uid, resourceVersion)
+		}
+		var err error
+		p, err = decodePayload(v)
+		return err
+	})
+	if err != nil {
+		return Payload{}, err
+	}
+	if sum, _ := Digest(p.Data); sum != p.SHA256 {
+		return Payload{}, fmt.Errorf("%w: %s/%s", ErrChecksumFailed, uid, resourceVersion)
+	}
+	return p, nil
+}
+
+// HasPayload reports whether a payload is stored, without decoding it.
+func (s *Store) HasPayload(uid, resourceVersion string) (bool, error) {
+	var ok bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		ok = tx.Bucket(bucketPayloads).Get(PayloadKey(uid, resourceVersion)) != nil
+		return nil
+	})
+	return ok, err
+}
+
+// ListPayloads returns every payload without its data, ordered by key.
+func (s *Store) ListPayloads() ([]Payload, error) {
+	var out []Payload
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPayloads).ForEach(func(_, v []byte) error {
+			p, err := decodePayload(v)
+			if err != nil {
+				return err
+			}
+			p.Data = nil
+			out = append(out, p)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// DeletePayload removes a payload that no record references.
+func (s *Store) DeletePayload(uid, resourceVersion string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		recs, err := readRecords(tx)
+		if err != nil {
+			return err
+		}
+		if references(recs, uid, resourceVersion) {
+			return fmt.Errorf("%w: %s/%s is assigned, active or last-known-good", ErrReferenced, uid, resourceVersion)
+		}
+		b := tx.Bucket(bucketPayloads)
+		key := PayloadKey(uid, resourceVersion)
+		if b.Get(key) == nil {
+			return fmt.Errorf("%w: %s/%s", ErrNotFound, uid, resourceVersion)
+		}
+		return b.Delete(key)
+	})
+}
+
+// SweepUnreferenced removes payloads that no record references and that are
+// older than minAge; the age keeps a payload that was just put for an
+// assignment that has not been recorded yet. It returns how many it removed.
+func (s *Store) SweepUnreferenced(minAge time.Duration) (int, error) {
+	removed := 0
+	cutoff := s.now().Add(-minAge)
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		removed = 0
+		recs, err := readRecords(tx)
+		if err != nil {
+			return err
+		}
+		b := tx.Bucket(bucketPayloads)
+		var doomed [][]byte
+		err = b.ForEach(func(k, v []byte) error {
+			p, err := decodePayload(v)
+			if err != nil {
+				return err
+			}
+			if !references(recs, p.UID, p.ResourceVersion) && p.StoredAt.Before(cutoff) {
+				doomed = append(doomed, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range doomed {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		removed = len(doomed)
+		return nil
+	})
+	return removed, err
+}
+
+// Records returns the current records; never nil.
+func (s *Store) Records() (*nodeconfigv1.Records, error) {
+	var recs *nodeconfigv1.Records
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		recs, err = readRecords(tx)
+		return err
+	})
+	return recs, err
+}
+
+// UpdateRecords applies change to the records in one durable transaction.
+// change receives a copy and the transaction's time, which it uses as the
+// write time of every record it sets. If change reports no change, nothing
+// is written and the revision stays the same.
+func (s *Store) UpdateRecords(change func(recs *nodeconfigv1.Records, now *timestamppb.Timestamp) (changed bool, err error)) (*nodeconfigv1.Records, error) {
+	var out *nodeconfigv1.Records
+	var changed bool
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		recs, err := readRecords(tx)
+		if err != nil {
+			return err
+		}
+		changed, err = change(recs, timestamppb.New(s.now().UTC()))
+		if err != nil || !changed {
+			out = recs
+			return err
+		}
+		recs.Revision++
+		buf, err := proto.Marshal(recs)
+		if err != nil {
+			return err
+		}
+		out = recs
+		return tx.Bucket(bucketRecords).Put(keyRecords, buf)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if changed {
+		s.publish(out)
+	}
+	return out, nil
+}
+
+func readRecords(tx *bolt.Tx) (*nodeconfigv1.Records, error) {
+	recs := &nodeconfigv1.Records{}
+	if v := tx.Bucket(bucketRecords).Get(keyRecords); v != nil {
+		if err := proto.Unmarshal(v, recs); err != nil {
+			return nil, fmt.Errorf("%w: records: %v", ErrCorrupt, err)
+		}
+	}
+	return recs, nil
+}
+
+func decodePayload(v []byte) (Payload, error) {
+	var p Payload
+	if err := json.Unmarshal(v, &p); err != nil {
+		return Payload{}, fmt.Errorf("%w: payload: %v", ErrCorrupt, err)
+	}
+	return p, nil
+}
+
+func references(recs *nodeconfigv1.Records, uid, resourceVersion string) bool {
+	for _, src := range []*nodeconfigv1.ConfigSource{
+		recs.GetAssigned().GetSource(), recs.GetActive().GetSource(), recs.GetLastKnownGood().GetSource(),
+	} {
+		if src != nil && src.GetUid() == uid && src.GetResourceVersion() == resourceVersion {
+			return true
+		}
+	}
+	return false
+}

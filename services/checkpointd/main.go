@@ -1,0 +1,73 @@
+// Command checkpointd is a node's durable store of config checkpoints and
+// records. See the repository README for what it does and how to poke it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/lifecycle"
+	"nodeconfig.io/services/checkpointd/internal/materialize"
+	"nodeconfig.io/services/checkpointd/internal/store"
+	"nodeconfig.io/services/servekit"
+)
+
+func main() { servekit.Main(run) }
+
+func run() error {
+	fs := flag.NewFlagSet("checkpointd", flag.ContinueOnError)
+	var sf servekit.Flags
+	sf.Register(fs, "127.0.0.1:7601", "127.0.0.1:9601")
+	stateDir := fs.String("state-dir", "/var/lib/nodeconfig", "directory of the bbolt store (checkpoints.db)")
+	targetDir := fs.String("target-dir", "/etc/kubernetes/kubelet.conf.d", "directory the active config is written to")
+	targetFile := fs.String("target-file", "50-nodeconfig.conf", "file name of the active config in --target-dir")
+	maxWatchers := fs.Int("max-watchers", 64, "most concurrent WatchRecords streams")
+	gcInterval := fs.Duration("gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
+	gcMinAge := fs.Duration("gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")
+	noFsync := fs.Bool("unsafe-no-fsync", false, "skip fsync of the store (tests and benchmarks only: a crash can lose writes)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: checkpointd [flags]\n\nStores config checkpoints and the assigned/active/lastKnownGood/error records of one node.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	log, err := sf.Logger("checkpointd")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
+		return fmt.Errorf("create --state-dir: %w", err)
+	}
+	st, err := store.Open(filepath.Join(*stateDir, "checkpoints.db"), store.Options{NoSync: *noFsync})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	srv := servekit.New(sf, log)
+	svc := lifecycle.New(lifecycle.Options{
+		Store:       st,
+		Target:      materialize.Target{Dir: *targetDir, Name: *targetFile},
+		Metrics:     lifecycle.NewMetrics(srv.Registry),
+		Log:         log,
+		MaxWatchers: *maxWatchers,
+	})
+	if err := svc.Recover(); err != nil {
+		return fmt.Errorf("recover the active config at start: %w", err)
+	}
+	nodeconfigv1.RegisterCheckpointServiceServer(srv.GRPC, svc)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go svc.RunGC(ctx, *gcInterval, *gcMinAge)
+	return srv.Serve(ctx, nodeconfigv1.CheckpointService_ServiceDesc.ServiceName)
+}

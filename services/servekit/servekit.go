@@ -1,0 +1,222 @@
+// Package servekit wires a nodeconfig service process: gRPC on TCP and an
+// optional unix socket with grpc.health.v1 and reflection, Prometheus
+// /metrics and /healthz on a separate HTTP address, structured logs, and a
+// graceful stop on SIGTERM/SIGINT. Every service binary uses it so that the
+// three behave the same way for operators and for grpcurl.
+package servekit
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// MaxMessageBytes bounds every gRPC message: a ConfigMap is at most 1 MiB,
+// so 4 MiB leaves room for framing and refuses anything absurd early.
+const MaxMessageBytes = 4 << 20
+
+// Flags are the listening flags every service has.
+type Flags struct {
+	Listen      string
+	Socket      string
+	MetricsAddr string
+	LogFormat   string
+	LogLevel    string
+}
+
+// Register adds the common flags to fs with the service's defaults.
+func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics string) {
+	fs.StringVar(&f.Listen, "listen", defaultListen, "TCP address for gRPC; empty disables TCP")
+	fs.StringVar(&f.Socket, "socket", "", "unix socket path for gRPC (created with mode 0600); empty disables it")
+	fs.StringVar(&f.MetricsAddr, "metrics-addr", defaultMetrics, "HTTP address for /metrics and /healthz; empty disables it")
+	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+// Logger builds the process logger from the flags.
+func (f *Flags) Logger(service string) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", f.LogLevel, err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	switch f.LogFormat {
+	case "text":
+		h = slog.NewTextHandler(os.Stderr, opts)
+	case "json":
+		h = slog.NewJSONHandler(os.Stderr, opts)
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", f.LogFormat)
+	}
+	return slog.New(h).With("service", service), nil
+}
+
+// Server is a gRPC server with health, reflection and metrics, ready to have
+// a service registered on it.
+type Server struct {
+	GRPC     *grpc.Server
+	Health   *health.Server
+	Registry *prometheus.Registry
+	flags    Flags
+	log      *slog.Logger
+}
+
+// New builds a server. Extra options (interceptors, credentials) are
+// appended to the defaults.
+func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) *Server {
+	opts := append([]grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxSendMsgSize(MaxMessageBytes),
+		grpc.MaxConcurrentStreams(256),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}, extra...)
+	s := &Server{
+		GRPC:     grpc.NewServer(opts...),
+		Health:   health.NewServer(),
+		Registry: prometheus.NewRegistry(),
+		flags:    flags,
+		log:      log,
+	}
+	healthpb.RegisterHealthServer(s.GRPC, s.Health)
+	reflection.Register(s.GRPC)
+	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return s
+}
+
+// Serve listens on the configured addresses and blocks until ctx is done or
+// SIGTERM/SIGINT arrives, then stops gracefully. The service must be
+// registered before calling it; its health is set to SERVING here.
+func (s *Server) Serve(ctx context.Context, serviceName string) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	var listeners []net.Listener
+	closeAll := func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}
+	if s.flags.Listen != "" {
+		l, err := net.Listen("tcp", s.flags.Listen)
+		if err != nil {
+			return fmt.Errorf("listen on --listen %s: %w", s.flags.Listen, err)
+		}
+		listeners = append(listeners, l)
+	}
+	if s.flags.Socket != "" {
+		l, err := listenUnix(s.flags.Socket)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		listeners = append(listeners, l)
+	}
+	if len(listeners) == 0 {
+		return errors.New("nothing to serve on: set --listen or --socket")
+	}
+
+	var metricsSrv *http.Server
+	if s.flags.MetricsAddr != "" {
+		ml, err := net.Listen("tcp", s.flags.MetricsAddr)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("listen on --metrics-addr %s: %w", s.flags.MetricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = metricsSrv.Serve(ml) }()
+		s.log.Info("serving metrics", "addr", ml.Addr().String())
+	}
+
+	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.Health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
+
+	errc := make(chan error, len(listeners))
+	for _, l := range listeners {
+		s.log.Info("serving gRPC", "network", l.Addr().Network(), "addr", l.Addr().String())
+		go func(l net.Listener) { errc <- s.GRPC.Serve(l) }(l)
+	}
+
+	var err error
+	select {
+	case <-ctx.Done():
+		s.log.Info("stopping")
+	case err = <-errc:
+	}
+	s.Health.Shutdown()
+	stopped := make(chan struct{})
+	go func() { s.GRPC.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		// Watch streams never end by themselves; do not hang the process on them.
+		s.GRPC.Stop()
+	}
+	if metricsSrv != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = metricsSrv.Shutdown(shutdownCtx)
+	}
+	if s.flags.Socket != "" {
+		_ = os.Remove(s.flags.Socket)
+	}
+	if errors.Is(err, grpc.ErrServerStopped) {
+		err = nil
+	}
+	return err
+}
+
+// listenUnix listens on path with mode 0600, replacing a stale socket left
+// by a killed process but never a file of another kind.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("create socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("--socket %s exists and is not a socket; refusing to replace it", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+		}
+	}
+	// The umask makes the socket 0600 from the first instant; a chmod after
+	// listen would leave a window in which anyone could connect.
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --socket %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// Main runs fn and exits non-zero with its error; it keeps the binaries'
+// main functions to flag wiring.
+func Main(fn func() error) {
+	if err := fn(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
