@@ -1,0 +1,364 @@
+// Package nodesync runs the setter chain against statusd's own Node and
+// patches only what changed: the status subresource for conditions and the
+// metadata for the annotation. Changes arriving close together coalesce into
+// one patch, a sync with no diff sends nothing (no heartbeats, KEP-1623), and
+// a failed patch is retried with capped backoff from the latest state.
+package nodesync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"nodeconfig.io/services/statusd/internal/setters"
+)
+
+// Options configure a Syncer.
+type Options struct {
+	Client   kubernetes.Interface
+	NodeName string
+	Setters  func() []setters.Named
+	// SyncPeriod is the mean period of the full sync (jittered by 4%, like
+	// the kubelet's node status loop).
+	SyncPeriod time.Duration
+	// Quiet is how long no change must arrive before a sync runs; MaxDelay
+	// bounds how long a burst of changes can hold a sync back.
+	Quiet, MaxDelay time.Duration
+	Registerer      prometheus.Registerer
+	Log             *slog.Logger
+}
+
+// Syncer keeps the Node in step with the setters.
+type Syncer struct {
+	o       Options
+	trigger chan struct{}
+	lister  corelisters.NodeLister
+	m       metrics
+
+	mu       sync.Mutex
+	lastNode *corev1.Node // the newest Node we know of, from the cache or a patch response
+	state    State
+}
+
+// State is what GetNodeStatus reports.
+type State struct {
+	Desired      *corev1.Node
+	InSync       bool
+	PatchesSent  uint64
+	LastError    string
+	SetterErrors map[string]string
+}
+
+// New builds a syncer.
+func New(o Options) *Syncer {
+	if o.Quiet == 0 {
+		o.Quiet = 10 * time.Millisecond
+	}
+	if o.MaxDelay == 0 {
+		o.MaxDelay = 200 * time.Millisecond
+	}
+	if o.SyncPeriod == 0 {
+		o.SyncPeriod = 10 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return &Syncer{o: o, trigger: make(chan struct{}, 1), m: newMetrics(o.Registerer)}
+}
+
+// Trigger asks for a sync soon; it never blocks.
+func (s *Syncer) Trigger() {
+	select {
+	case s.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Snapshot returns the current state.
+func (s *Syncer) Snapshot() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.state
+	return st
+}
+
+// Run registers (waits for the Node), then syncs until ctx ends.
+func (s *Syncer) Run(ctx context.Context) error {
+	if err := s.waitForNode(ctx); err != nil {
+		return err
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(s.o.Client, 0,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			// Only our own Node: least privilege and least traffic.
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.o.NodeName).String()
+		}))
+	nodes := factory.Core().V1().Nodes()
+	s.lister = nodes.Lister()
+	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.Trigger() },
+		UpdateFunc: func(any, any) { s.Trigger() },
+		DeleteFunc: func(any) { s.Trigger() },
+	})
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced) {
+		return ctx.Err()
+	}
+	go wait.JitterUntil(s.Trigger, s.o.SyncPeriod, 0.04, true, ctx.Done())
+
+	retry := newBackoff()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.trigger:
+		}
+		if !s.debounce(ctx) {
+			return nil
+		}
+		if err := s.SyncOnce(ctx); err != nil {
+			delay := retry.Step()
+			s.o.Log.Warn("node status sync failed; retrying", "err", err, "retry_in", delay)
+			time.AfterFunc(delay, s.Trigger)
+			continue
+		}
+		retry = newBackoff()
+	}
+}
+
+// newBackoff is the kubelet's registration backoff: 100 ms doubling to 7 s.
+func newBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 7 * time.Second}
+}
+
+// debounce waits until no trigger arrived for Quiet, or MaxDelay passed.
+func (s *Syncer) debounce(ctx context.Context) bool {
+	deadline := time.NewTimer(s.o.MaxDelay)
+	defer deadline.Stop()
+	quiet := time.NewTimer(s.o.Quiet)
+	defer quiet.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return true
+		case <-quiet.C:
+			return true
+		case <-s.trigger:
+			quiet.Reset(s.o.Quiet)
+		}
+	}
+}
+
+func (s *Syncer) waitForNode(ctx context.Context) error {
+	b := newBackoff()
+	for {
+		_, err := s.o.Client.CoreV1().Nodes().Get(ctx, s.o.NodeName, metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		delay := b.Step()
+		s.setError(fmt.Sprintf("waiting for Node %s: %v", s.o.NodeName, err))
+		s.o.Log.Info("waiting for the Node to exist", "node", s.o.NodeName, "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// SyncOnce computes the desired Node and sends what differs.
+func (s *Syncer) SyncOnce(ctx context.Context) error {
+	start := time.Now()
+	defer func() { s.m.syncSeconds.Observe(time.Since(start).Seconds()) }()
+	node, err := s.currentNode()
+	if err != nil {
+		s.setError(err.Error())
+		return err
+	}
+	desired := node.DeepCopy()
+	setterErrs := map[string]string{}
+	for _, st := range s.o.Setters() {
+		if err := st.Set(ctx, desired); err != nil {
+			// One setter's failure must not stop the others (kubelet rule).
+			setterErrs[st.Name] = err.Error()
+			s.o.Log.Error("setter failed", "setter", st.Name, "err", err)
+		}
+	}
+	statusPatch, metaPatch, err := Diff(node, desired)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.state.Desired, s.state.SetterErrors = desired, setterErrs
+	s.mu.Unlock()
+	if statusPatch == nil && metaPatch == nil {
+		s.m.skipped.Inc()
+		s.markSynced()
+		return nil
+	}
+	nodes := s.o.Client.CoreV1().Nodes()
+	if statusPatch != nil {
+		updated, err := nodes.Patch(ctx, s.o.NodeName, types.StrategicMergePatchType, statusPatch, metav1.PatchOptions{FieldManager: "nodeconfig-statusd"}, "status")
+		if err != nil {
+			return s.patchFailed("status", err)
+		}
+		s.sent(updated)
+	}
+	if metaPatch != nil {
+		updated, err := nodes.Patch(ctx, s.o.NodeName, types.MergePatchType, metaPatch, metav1.PatchOptions{FieldManager: "nodeconfig-statusd"})
+		if err != nil {
+			return s.patchFailed("metadata", err)
+		}
+		s.sent(updated)
+	}
+	s.markSynced()
+	return nil
+}
+
+// currentNode is the newest Node we know: a patch response can be newer than
+// the informer cache, and diffing against the cache then would resend.
+func (s *Syncer) currentNode() (*corev1.Node, error) {
+	cached, err := s.lister.Get(s.o.NodeName)
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("node %s does not exist (deleted?)", s.o.NodeName)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastNode != nil && s.lastNode.UID == cached.UID && newer(s.lastNode.ResourceVersion, cached.ResourceVersion) {
+		return s.lastNode, nil
+	}
+	s.lastNode = cached
+	return cached, nil
+}
+
+func newer(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x > y
+}
+
+func (s *Syncer) sent(updated *corev1.Node) {
+	s.m.sent.Inc()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state.PatchesSent++
+	if s.lastNode == nil || !newer(s.lastNode.ResourceVersion, updated.ResourceVersion) {
+		s.lastNode = updated
+	}
+}
+
+func (s *Syncer) patchFailed(what string, err error) error {
+	s.m.errors.Inc()
+	err = fmt.Errorf("patch %s of node %s: %w", what, s.o.NodeName, err)
+	s.setError(err.Error())
+	return err
+}
+
+func (s *Syncer) setError(msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state.InSync, s.state.LastError = false, msg
+}
+
+func (s *Syncer) markSynced() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state.InSync, s.state.LastError = true, ""
+}
+
+// Diff returns the patches that turn node into desired: a strategic-merge
+// patch of status conditions (only those that differ, deletions as
+// $patch: delete) and a merge patch of the annotations that differ. A nil
+// patch means nothing to send.
+func Diff(node, desired *corev1.Node) (statusPatch, metaPatch []byte, err error) {
+	before := map[corev1.NodeConditionType]corev1.NodeCondition{}
+	for _, c := range node.Status.Conditions {
+		before[c.Type] = c
+	}
+	var changed []any
+	after := map[corev1.NodeConditionType]bool{}
+	for _, c := range desired.Status.Conditions {
+		after[c.Type] = true
+		if old, ok := before[c.Type]; !ok || !sameCondition(old, c) {
+			changed = append(changed, c)
+		}
+	}
+	for _, c := range node.Status.Conditions {
+		if !after[c.Type] {
+			changed = append(changed, map[string]any{"type": c.Type, "$patch": "delete"})
+		}
+	}
+	if len(changed) > 0 {
+		statusPatch, err = json.Marshal(map[string]any{"status": map[string]any{"conditions": changed}})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	annotations := map[string]any{}
+	for k, v := range desired.Annotations {
+		if old, ok := node.Annotations[k]; !ok || old != v {
+			annotations[k] = v
+		}
+	}
+	for k := range node.Annotations {
+		if _, ok := desired.Annotations[k]; !ok {
+			annotations[k] = nil
+		}
+	}
+	if len(annotations) > 0 {
+		metaPatch, err = json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return statusPatch, metaPatch, nil
+}
+
+func sameCondition(a, b corev1.NodeCondition) bool {
+	return a.Status == b.Status && a.Reason == b.Reason && a.Message == b.Message &&
+		a.LastTransitionTime.Equal(&b.LastTransitionTime) && a.LastHeartbeatTime.Equal(&b.LastHeartbeatTime)
+}
+
+type metrics struct {
+	sent, skipped, errors prometheus.Counter
+	syncSeconds           prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) metrics {
+	m := metrics{
+		sent:        prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeconfig_statusd_patches_sent_total", Help: "Patches sent to the Node."}),
+		skipped:     prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeconfig_statusd_patches_skipped_total", Help: "Syncs that found nothing to change and sent nothing."}),
+		errors:      prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeconfig_statusd_patch_errors_total", Help: "Patches the API server refused or did not answer."}),
+		syncSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "nodeconfig_statusd_sync_seconds", Help: "Time of one sync.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.sent, m.skipped, m.errors, m.syncSeconds)
+	}
+	return m
+}
+

@@ -1,0 +1,187 @@
+// Package setters computes the parts of a Node that statusd owns, after the
+// kubelet's nodestatus package: each Setter edits a Node in place and closes
+// over narrow functions rather than over statusd itself, so each can be
+// tested with a three-line fake. Setters have no side effects.
+package setters
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+)
+
+// Setter modifies the node in place and returns an error if it failed.
+type Setter func(ctx context.Context, node *corev1.Node) error
+
+// Named is a Setter with the name ListSetters shows.
+type Named struct {
+	Name    string
+	Builtin bool
+	Set     Setter
+}
+
+// The names statusd owns on the Node.
+const (
+	ConfigStatusAnnotation = "nodeconfig.io/config-status"
+	ConditionNodeConfig    = "NodeConfigReady"
+)
+
+// Reasons of the NodeConfigReady condition, one per lifecycle state.
+const (
+	ReasonLocalDefault           = "LocalDefault"
+	ReasonSoaking                = "Soaking"
+	ReasonActive                 = "Active"
+	ReasonRolledBack             = "RolledBack"
+	ReasonActivating             = "Activating"
+	ReasonCheckpointdUnavailable = "CheckpointdUnavailable"
+)
+
+// RecordsFunc returns the node's current records, or an error when
+// checkpointd cannot be reached. Typically recordwatch.Follower.Records.
+type RecordsFunc func() (*nodeconfigv1.Records, error)
+
+// ConfigStatus writes the NodeConfigStatus as JSON, in the shape of the core
+// API's NodeConfigStatus, to the nodeconfig.io/config-status annotation.
+// While checkpointd is unreachable it leaves the last reported status alone:
+// it is still the best knowledge anyone has.
+func ConfigStatus(records RecordsFunc) Setter {
+	return func(_ context.Context, node *corev1.Node) error {
+		recs, err := records()
+		if err != nil {
+			return nil
+		}
+		buf, err := json.Marshal(CoreStatus(recs.Status()))
+		if err != nil {
+			return err
+		}
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[ConfigStatusAnnotation] = string(buf)
+		return nil
+	}
+}
+
+// CoreStatus converts to the core API type.
+func CoreStatus(s *nodeconfigv1.NodeConfigStatus) corev1.NodeConfigStatus {
+	return corev1.NodeConfigStatus{
+		Assigned:      coreSource(s.GetAssigned()),
+		Active:        coreSource(s.GetActive()),
+		LastKnownGood: coreSource(s.GetLastKnownGood()),
+		Error:         s.GetError(),
+	}
+}
+
+func coreSource(src *nodeconfigv1.ConfigSource) *corev1.NodeConfigSource {
+	if src == nil {
+		return nil
+	}
+	return &corev1.NodeConfigSource{ConfigMap: &corev1.ConfigMapNodeConfigSource{
+		Namespace:        src.GetNamespace(),
+		Name:             src.GetName(),
+		UID:              types.UID(src.GetUid()),
+		ResourceVersion:  src.GetResourceVersion(),
+		KubeletConfigKey: src.GetKey(),
+	}}
+}
+
+// NodeConfigReady sets the NodeConfigReady condition from the records: one
+// reason per lifecycle state, and a message that is never empty.
+func NodeConfigReady(records RecordsFunc) Setter {
+	return func(_ context.Context, node *corev1.Node) error {
+		SetCondition(node, ReadyCondition(records))
+		return nil
+	}
+}
+
+// ReadyCondition computes the NodeConfigReady condition.
+func ReadyCondition(records RecordsFunc) metav1.Condition {
+	c := metav1.Condition{Type: ConditionNodeConfig}
+	recs, err := records()
+	if err != nil {
+		c.Status, c.Reason = metav1.ConditionUnknown, ReasonCheckpointdUnavailable
+		c.Message = fmt.Sprintf("cannot read the node's config records from checkpointd: %v", err)
+		return c
+	}
+	assigned := recs.GetAssigned()
+	cfgErr := recs.GetError().GetError()
+	switch {
+	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonRolledBack
+		c.Message = fmt.Sprintf("%s; rolled back to %s", cfgErr.GetMessage(), describe(recs.GetActive().GetSource()))
+	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY:
+		c.Status, c.Reason = metav1.ConditionFalse, cfgErr.GetReason()
+		c.Message = fmt.Sprintf("%s; retrying, still using %s", cfgErr.GetMessage(), describe(recs.GetActive().GetSource()))
+	case assigned == nil:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonLocalDefault
+		c.Message = "no config is assigned; the node uses its local default"
+	case !nodeconfigv1.SameSource(assigned.GetSource(), recs.GetActive().GetSource()):
+		c.Status, c.Reason = metav1.ConditionUnknown, ReasonActivating
+		c.Message = fmt.Sprintf("%s is assigned and about to be activated", describe(assigned.GetSource()))
+	case recs.Soaking():
+		// The end time, not a countdown: a countdown would change the Node
+		// on every sync and turn the status into a heartbeat.
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonSoaking
+		c.Message = fmt.Sprintf("%s is active and on trial until %s (%ds soak); it becomes last-known-good then if still active",
+			describe(assigned.GetSource()), recs.SoakEnd().UTC().Format(time.RFC3339), assigned.GetSoakSeconds())
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonActive
+		c.Message = fmt.Sprintf("%s is active and last-known-good", describe(assigned.GetSource()))
+	}
+	return c
+}
+
+// SetCondition sets a Node condition with metav1.Condition semantics
+// (meta.SetStatusCondition): lastTransitionTime moves only when the status
+// changes, and no heartbeat time is ever written.
+func SetCondition(node *corev1.Node, want metav1.Condition) {
+	idx := -1
+	var conds []metav1.Condition
+	for i, nc := range node.Status.Conditions {
+		if string(nc.Type) == want.Type {
+			idx = i
+			conds = append(conds, metav1.Condition{
+				Type: string(nc.Type), Status: metav1.ConditionStatus(nc.Status),
+				Reason: nc.Reason, Message: nc.Message, LastTransitionTime: nc.LastTransitionTime,
+			})
+		}
+	}
+	meta.SetStatusCondition(&conds, want)
+	got := conds[0]
+	nc := corev1.NodeCondition{
+		Type: corev1.NodeConditionType(got.Type), Status: corev1.ConditionStatus(got.Status),
+		Reason: got.Reason, Message: got.Message, LastTransitionTime: got.LastTransitionTime,
+	}
+	if idx < 0 {
+		node.Status.Conditions = append(node.Status.Conditions, nc)
+		return
+	}
+	nc.LastHeartbeatTime = node.Status.Conditions[idx].LastHeartbeatTime
+	node.Status.Conditions[idx] = nc
+}
+
+// RemoveCondition drops a condition type from the node.
+func RemoveCondition(node *corev1.Node, conditionType string) {
+	out := node.Status.Conditions[:0]
+	for _, c := range node.Status.Conditions {
+		if string(c.Type) != conditionType {
+			out = append(out, c)
+		}
+	}
+	node.Status.Conditions = out
+}
+
+func describe(src *nodeconfigv1.ConfigSource) string {
+	if src == nil {
+		return "the local default"
+	}
+	return fmt.Sprintf("ConfigMap %s/%s key %s (resourceVersion %s)", src.GetNamespace(), src.GetName(), src.GetKey(), src.GetResourceVersion())
+}

@@ -1,0 +1,107 @@
+// Command statusd projects a node's config records and other components'
+// reports onto its Node object. See the repository README.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/servekit"
+	"nodeconfig.io/services/statusd/internal/nodesync"
+	"nodeconfig.io/services/statusd/internal/recordwatch"
+	"nodeconfig.io/services/statusd/internal/reports"
+	"nodeconfig.io/services/statusd/internal/setters"
+	"nodeconfig.io/services/statusd/internal/statusapi"
+)
+
+func main() { servekit.Main(run) }
+
+func run() error {
+	fs := flag.NewFlagSet("statusd", flag.ContinueOnError)
+	var sf servekit.Flags
+	sf.Register(fs, "127.0.0.1:7602", "127.0.0.1:9602")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty means in-cluster config")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "the Node this statusd patches (default $NODE_NAME)")
+	checkpointd := fs.String("checkpointd", "127.0.0.1:7601", "checkpointd gRPC target (host:port or unix:///path)")
+	stateFile := fs.String("state-file", "/var/lib/nodeconfig/statusd-reports.json", "where reported setter outputs are kept across restarts")
+	syncPeriod := fs.Duration("sync-period", 10*time.Second, "mean period of the full status sync (jittered by 4%)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: statusd [flags]\n\nPatches the node's NodeConfigReady condition and nodeconfig.io/config-status annotation.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	if *nodeName == "" {
+		return fmt.Errorf("--node-name is required (or set NODE_NAME)")
+	}
+	log, err := sf.Logger("statusd")
+	if err != nil {
+		return err
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubernetes client config: %w", err)
+	}
+	restCfg.UserAgent = "nodeconfig-statusd/" + *nodeName
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	store, err := reports.Open(*stateFile)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(*checkpointd, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("--checkpointd %s: %w", *checkpointd, err)
+	}
+	defer conn.Close()
+
+	srv := servekit.New(sf, log)
+	var syncer *nodesync.Syncer
+	follower := recordwatch.New(nodeconfigv1.NewCheckpointServiceClient(conn), *checkpointd, log, func() { syncer.Trigger() })
+	chain := func() []setters.Named {
+		list := []setters.Named{
+			{Name: "ConfigStatus", Builtin: true, Set: setters.ConfigStatus(follower.Records)},
+			{Name: "NodeConfigReady", Builtin: true, Set: setters.NodeConfigReady(follower.Records)},
+		}
+		for _, name := range store.Names() {
+			list = append(list, setters.Named{Name: name, Set: setters.Reported(func() ([]metav1.Condition, []string) { return store.Conditions(name) })})
+		}
+		return list
+	}
+	syncer = nodesync.New(nodesync.Options{
+		Client: client, NodeName: *nodeName, Setters: chain, SyncPeriod: *syncPeriod,
+		Registerer: srv.Registry, Log: log,
+	})
+	nodeconfigv1.RegisterStatusServiceServer(srv.GRPC, &statusapi.Service{
+		NodeName: *nodeName, Reports: store, Syncer: syncer, Setters: chain, Records: follower.Records,
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go follower.Run(ctx)
+	go func() {
+		if err := syncer.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("node status sync stopped", "err", err)
+			cancel()
+		}
+	}()
+	err = srv.Serve(ctx, nodeconfigv1.StatusService_ServiceDesc.ServiceName)
+	cancel()
+	return err
+}
