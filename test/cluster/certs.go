@@ -1,0 +1,121 @@
+package cluster
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// pki is the control plane's throwaway certificate authority and keys, made
+// in pure Go so no openssl is needed.
+type pki struct {
+	caCert, caKey                 string
+	serverCert, serverKey         string
+	adminCert, adminKey           string
+	saPub, saKey                  string
+	caPEM, adminCertPEM, adminKey_ []byte
+}
+
+func newPKI(dir string) (*pki, error) {
+	p := &pki{
+		caCert: filepath.Join(dir, "ca.crt"), caKey: filepath.Join(dir, "ca.key"),
+		serverCert: filepath.Join(dir, "apiserver.crt"), serverKey: filepath.Join(dir, "apiserver.key"),
+		adminCert: filepath.Join(dir, "admin.crt"), adminKey: filepath.Join(dir, "admin.key"),
+		saPub: filepath.Join(dir, "sa.pub"), saKey: filepath.Join(dir, "sa.key"),
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().Add(-time.Hour)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nodeconfig-test-ca"},
+		NotBefore: now, NotAfter: now.Add(10 * 365 * 24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	p.caPEM = pemBlock("CERTIFICATE", caDER)
+	if err := writeKeyPair(p.caCert, p.caKey, caDER, caKey); err != nil {
+		return nil, err
+	}
+
+	issue := func(serial int64, subject pkix.Name, usage x509.ExtKeyUsage, ips []net.IP, dns []string) ([]byte, *ecdsa.PrivateKey, error) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, nil, err
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: subject,
+			NotBefore: now, NotAfter: now.Add(10 * 365 * 24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: ips, DNSNames: dns,
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		return der, key, err
+	}
+	serverDER, serverKey, err := issue(2, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
+		[]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost", "kubernetes", "kubernetes.default.svc"})
+	if err != nil {
+		return nil, err
+	}
+	if err := writeKeyPair(p.serverCert, p.serverKey, serverDER, serverKey); err != nil {
+		return nil, err
+	}
+	adminDER, adminKey, err := issue(3, pkix.Name{CommonName: "nodeconfig-admin", Organization: []string{"system:masters"}}, x509.ExtKeyUsageClientAuth, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeKeyPair(p.adminCert, p.adminKey, adminDER, adminKey); err != nil {
+		return nil, err
+	}
+	p.adminCertPEM = pemBlock("CERTIFICATE", adminDER)
+	p.adminKey_, _ = os.ReadFile(p.adminKey)
+
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p.saPub, pemBlock("PUBLIC KEY", pubDER), 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p.saKey, pemBlock("RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey)), 0o600); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func writeKeyPair(certPath, keyPath string, der []byte, key *ecdsa.PrivateKey) error {
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(certPath, pemBlock("CERTIFICATE", der), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(keyPath, pemBlock("EC PRIVATE KEY", keyDER), 0o600)
+}
+
+func pemBlock(typ string, der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}

@@ -1,0 +1,225 @@
+// Package cluster starts a real etcd and kube-apiserver on loopback for
+// integration tests and 'make run': fresh certificates, a kubeconfig, the
+// CRDs from deploy/crd installed, and on Stop exactly its own processes
+// stopped. A test package shares one cluster through Main.
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
+
+	"nodeconfig.io/test/proc"
+)
+
+// Options tune Start.
+type Options struct {
+	// Dir holds certs, data and logs; a restart with the same Dir keeps etcd's data.
+	Dir string
+	// DurableEtcd keeps etcd's fsync (make run); tests skip it for speed.
+	DurableEtcd bool
+	// AuditLog writes the API server's audit log (metadata level) to Dir/audit.log.
+	AuditLog bool
+}
+
+// Cluster is a running control plane.
+type Cluster struct {
+	Dir        string
+	Kubeconfig string
+	URL        string
+	Config     *rest.Config
+	Client     kubernetes.Interface
+	Etcd       *proc.Process
+	APIServer  *proc.Process
+	pki        *pki
+}
+
+// Start brings up etcd and kube-apiserver and installs the CRDs.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	etcdBin, err := proc.Binary("etcd")
+	if err != nil {
+		return nil, err
+	}
+	apiBin, err := proc.Binary("kube-apiserver")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	c := &Cluster{Dir: o.Dir}
+	if c.pki, err = newPKI(filepath.Join(o.Dir, "pki")); err != nil {
+		return nil, fmt.Errorf("make certificates: %w", err)
+	}
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = proc.FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	etcdClient := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	etcdPeer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	etcdArgs := []string{
+		"--data-dir", filepath.Join(o.Dir, "etcd"),
+		"--listen-client-urls", etcdClient, "--advertise-client-urls", etcdClient,
+		"--listen-peer-urls", etcdPeer, "--initial-advertise-peer-urls", etcdPeer,
+		"--initial-cluster", "default=" + etcdPeer,
+		"--log-level", "warn",
+	}
+	if !o.DurableEtcd {
+		etcdArgs = append(etcdArgs, "--unsafe-no-fsync")
+	}
+	if c.Etcd, err = proc.Start("etcd", etcdBin, etcdArgs, filepath.Join(o.Dir, "logs", "etcd.log")); err != nil {
+		return nil, err
+	}
+	c.URL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
+	apiArgs := []string{
+		"--etcd-servers", etcdClient,
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		"--secure-port", strconv.Itoa(ports[2]),
+		"--cert-dir", filepath.Join(o.Dir, "pki"),
+		"--tls-cert-file", c.pki.serverCert, "--tls-private-key-file", c.pki.serverKey,
+		"--client-ca-file", c.pki.caCert,
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", c.pki.saPub, "--service-account-signing-key-file", c.pki.saKey,
+		"--api-audiences", "https://kubernetes.default.svc,nodeconfig-agent",
+		"--authorization-mode", "RBAC",
+		"--endpoint-reconciler-type", "none",
+		"--disable-admission-plugins", "ServiceAccount",
+		"--service-cluster-ip-range", "10.96.0.0/24",
+		"--enable-priority-and-fairness=false",
+		"--v", "1",
+	}
+	if o.AuditLog {
+		policy := filepath.Join(o.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  omitStages: [RequestReceived]\n"), 0o600); err != nil {
+			return nil, err
+		}
+		apiArgs = append(apiArgs, "--audit-policy-file", policy, "--audit-log-path", filepath.Join(o.Dir, "audit.log"))
+	}
+	if c.APIServer, err = proc.Start("kube-apiserver", apiBin, apiArgs, filepath.Join(o.Dir, "logs", "kube-apiserver.log")); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	c.Kubeconfig = filepath.Join(o.Dir, "kubeconfig")
+	if err := c.writeKubeconfig(); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if c.Config, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	c.Config.QPS, c.Config.Burst = 500, 1000
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if err := c.WaitReady(ctx, 60*time.Second); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	if err := c.InstallCRDs(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// WaitReady waits for /readyz.
+func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) error {
+	err := proc.WaitFor(timeout, func() (bool, error) {
+		if !c.APIServer.Running() {
+			return false, fmt.Errorf("kube-apiserver exited: %v\n%s", c.APIServer.ExitError(), c.APIServer.Tail(3000))
+		}
+		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			return false, fmt.Errorf("readyz: %v: %s", err, body)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("kube-apiserver not ready: %w (logs in %s)", err, c.APIServer.LogPath)
+	}
+	return nil
+}
+
+func (c *Cluster) writeKubeconfig() error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["nodeconfig"] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthorityData: c.pki.caPEM}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: c.pki.adminCertPEM, ClientKeyData: c.pki.adminKey_}
+	cfg.Contexts["nodeconfig"] = &clientcmdapi.Context{Cluster: "nodeconfig", AuthInfo: "admin"}
+	cfg.CurrentContext = "nodeconfig"
+	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
+}
+
+// InstallCRDs creates every CRD in deploy/crd and waits until each is
+// established.
+func (c *Cluster) InstallCRDs(ctx context.Context) error {
+	root, err := proc.RepoRoot()
+	if err != nil {
+		return err
+	}
+	files, err := filepath.Glob(filepath.Join(root, "deploy", "crd", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	client, err := apiextensionsclient.NewForConfig(c.Config)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		buf, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := yaml.UnmarshalStrict(buf, &crd); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create CRD from %s: %w", f, err)
+		}
+		err = proc.WaitFor(30*time.Second, func() (bool, error) {
+			got, err := client.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("CRD %s not established", crd.Name)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops the API server, then etcd.
+func (c *Cluster) Stop() {
+	if c.APIServer != nil {
+		_ = c.APIServer.Stop(10 * time.Second)
+	}
+	if c.Etcd != nil {
+		_ = c.Etcd.Stop(10 * time.Second)
+	}
+}

@@ -1,0 +1,241 @@
+// Package proc starts the real binaries of tests and 'make run' as child
+// processes with their output in log files, and stops exactly those
+// processes again.
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Process is one started child.
+type Process struct {
+	Name    string
+	Path    string
+	Args    []string
+	Env     []string
+	LogPath string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start starts a binary; its stdout and stderr are appended to logPath.
+func Start(name, path string, args []string, logPath string, env ...string) (*Process, error) {
+	p := &Process{Name: name, Path: path, Args: args, Env: env, LogPath: logPath}
+	return p, p.Restart()
+}
+
+// Restart starts the process again with the same arguments (after a Kill
+// or Stop).
+func (p *Process) Restart() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && !p.exited() {
+		return fmt.Errorf("%s is still running", p.Name)
+	}
+	if err := os.MkdirAll(filepath.Dir(p.LogPath), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "=== %s %s %s\n", time.Now().Format(time.RFC3339Nano), p.Path, strings.Join(p.Args, " "))
+	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), p.Env...)
+	// Children die with the test binary even if it is killed itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s (%s): %w", p.Name, p.Path, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done, p.err = cmd, done, nil
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+func (p *Process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Running reports whether the process is alive.
+func (p *Process) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil && !p.exited()
+}
+
+// Done is closed when the current run exits.
+func (p *Process) Done() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// Pid is the current run's process id.
+func (p *Process) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// ExitError is how the last run ended (nil: exit 0).
+func (p *Process) ExitError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// Kill sends SIGKILL and waits for the exit.
+func (p *Process) Kill() {
+	p.signal(syscall.SIGKILL)
+	<-p.Done()
+}
+
+// Stop sends SIGTERM, waits up to grace, then SIGKILL. It returns the exit
+// error of a process that stopped by itself within grace.
+func (p *Process) Stop(grace time.Duration) error {
+	if !p.Running() {
+		return nil
+	}
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.Done():
+		return p.ExitError()
+	case <-time.After(grace):
+		p.Kill()
+		return fmt.Errorf("%s did not stop within %s of SIGTERM; killed", p.Name, grace)
+	}
+}
+
+func (p *Process) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(sig)
+	}
+}
+
+// Tail returns the last n bytes of the log, for failure messages.
+func (p *Process) Tail(n int) string {
+	b, err := os.ReadFile(p.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// FreePort returns a free loopback TCP port.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreeAddr returns a free loopback address "127.0.0.1:port".
+func FreeAddr() (string, error) {
+	port, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port), nil
+}
+
+// WaitFor polls cond until it is true or timeout passes.
+func WaitFor(timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		last = err
+		if time.Now().After(deadline) {
+			if last == nil {
+				last = errors.New("condition not met")
+			}
+			return fmt.Errorf("after %s: %w", timeout, last)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// RepoRoot finds the directory holding go.work, from the working directory up.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.work not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// BinDir is where the Makefile puts binaries: $NODECONFIG_BIN or <repo>/bin.
+func BinDir() (string, error) {
+	if d := os.Getenv("NODECONFIG_BIN"); d != "" {
+		return d, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin"), nil
+}
+
+// Binary returns the path of a built binary, or an error telling how to
+// build it.
+func Binary(name string) (string, error) {
+	dir, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	if _, err := os.Stat(path); err != nil {
+		hint := "make build"
+		if name == "kube-apiserver" || name == "etcd" {
+			hint = "make testbin"
+		}
+		return "", fmt.Errorf("%s not found at %s: run '%s' first ('make test' does it)", name, path, hint)
+	}
+	return path, nil
+}
