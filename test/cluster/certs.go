@@ -18,10 +18,10 @@ import (
 // pki is the control plane's throwaway certificate authority and keys, made
 // in pure Go so no openssl is needed.
 type pki struct {
-	caCert, caKey                 string
-	serverCert, serverKey         string
-	adminCert, adminKey           string
-	saPub, saKey                  string
+	caCert, caKey                  string
+	serverCert, serverKey          string
+	adminCert, adminKey            string
+	saPub, saKey                   string
 	caPEM, adminCertPEM, adminKey_ []byte
 }
 

@@ -361,4 +361,3 @@ func newMetrics(reg prometheus.Registerer) metrics {
 	}
 	return m
 }
-

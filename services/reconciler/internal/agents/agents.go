@@ -1,0 +1,106 @@
+// Package agents finds each node's checkpointd and keeps one gRPC
+// connection per address. In a cluster the address is the agent Pod's IP on
+// that node; locally and in tests it comes from flags.
+package agents
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+)
+
+// Options say where agents are.
+type Options struct {
+	// Static maps node names to gRPC targets (--agent-address NODE=HOST:PORT).
+	Static map[string]string
+	// SocketTemplate is a unix socket path with {node} (--agent-socket-template).
+	SocketTemplate string
+	// Pods lists agent pods (label selector applied by the lister's informer).
+	Pods        corelisters.PodLister
+	PodSelector labels.Selector
+	Port        int
+	// DialOptions are extra options (credentials) for every connection.
+	DialOptions []grpc.DialOption
+}
+
+// Pool resolves and connects.
+type Pool struct {
+	o     Options
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// New builds a pool.
+func New(o Options) *Pool { return &Pool{o: o, conns: map[string]*grpc.ClientConn{}} }
+
+// Target returns the gRPC target of a node's checkpointd.
+func (p *Pool) Target(node string) (string, error) {
+	if t, ok := p.o.Static[node]; ok {
+		return t, nil
+	}
+	if p.o.SocketTemplate != "" {
+		return "unix://" + strings.ReplaceAll(p.o.SocketTemplate, "{node}", node), nil
+	}
+	if p.o.Pods == nil {
+		return "", fmt.Errorf("no agent address known for node %s", node)
+	}
+	pods, err := p.o.Pods.List(p.o.PodSelector)
+	if err != nil {
+		return "", err
+	}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == node && pod.Status.PodIP != "" && pod.DeletionTimestamp == nil && podReady(pod) {
+			return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(p.o.Port)), nil
+		}
+	}
+	return "", fmt.Errorf("no ready agent pod on node %s", node)
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// For returns a client for a node's checkpointd.
+func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, error) {
+	target, err := p.Target(node)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	conn, ok := p.conns[target]
+	if !ok {
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, p.o.DialOptions...)
+		conn, err = grpc.NewClient(target, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: %w", target, err)
+		}
+		p.conns[target] = conn
+	}
+	return nodeconfigv1.NewCheckpointServiceClient(conn), nil
+}
+
+// Close closes every connection.
+func (p *Pool) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for t, c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, t)
+	}
+}

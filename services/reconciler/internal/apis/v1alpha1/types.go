@@ -1,0 +1,103 @@
+// Package v1alpha1 holds the Go types of the NodeConfig API
+// (nodeconfig.io/v1alpha1), the CRD in deploy/crd.
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// GroupVersionResource of NodeConfig.
+var GroupVersionResource = schema.GroupVersionResource{Group: "nodeconfig.io", Version: "v1alpha1", Resource: "nodeconfigs"}
+
+// Annotations users set on a NodeConfig.
+const (
+	// AnnotationReconcileInterval is the mean periodic reconcile interval in
+	// seconds (jittered 0.5x-1.5x); 0 stops periodic reconciles once a node is
+	// up to date.
+	AnnotationReconcileInterval = "nodeconfig.io/reconcile-interval-in-seconds"
+	// AnnotationDeletionPolicy "abandon" leaves nodes on their config when the
+	// NodeConfig is deleted; otherwise they are reset to local defaults.
+	AnnotationDeletionPolicy = "nodeconfig.io/deletion-policy"
+	DeletionPolicyAbandon    = "abandon"
+	// AnnotationAbandoned marks a Node whose NodeConfig was deleted with the
+	// abandon policy: it keeps its config until another NodeConfig selects it.
+	AnnotationAbandoned = "nodeconfig.io/abandoned-by"
+	// Finalizer lets the reconciler reset or abandon the nodes before a
+	// NodeConfig disappears.
+	Finalizer = "nodeconfig.io/nodes"
+)
+
+// Condition types and reasons on a NodeConfig.
+const (
+	ConditionReady       = "Ready"
+	ConditionProgressing = "Progressing"
+	ConditionDegraded    = "Degraded"
+
+	ReasonRolloutHalted    = "RolloutHalted"
+	ReasonSelectorConflict = "SelectorConflict"
+)
+
+// NodeConfig assigns a config to the nodes its selector matches.
+type NodeConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   NodeConfigSpec   `json:"spec"`
+	Status NodeConfigStatus `json:"status,omitempty"`
+}
+
+// NodeConfigSpec is what the user wants.
+type NodeConfigSpec struct {
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector"`
+	Source       *Source               `json:"source,omitempty"`
+	Validator    string                `json:"validator,omitempty"`
+	SoakSeconds  int64                 `json:"soakSeconds,omitempty"`
+	Rollout      Rollout               `json:"rollout,omitempty"`
+}
+
+// Source names where the config comes from; nil means local defaults.
+type Source struct {
+	ConfigMap *ConfigMapSource `json:"configMap,omitempty"`
+}
+
+// ConfigMapSource is one key of a ConfigMap.
+type ConfigMapSource struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Key       string `json:"key"`
+}
+
+// Rollout paces a new config version across the selected nodes.
+type Rollout struct {
+	MaxInTrial  *intstr.IntOrString `json:"maxInTrial,omitempty"`
+	MaxFailures *int32              `json:"maxFailures,omitempty"`
+}
+
+// NodeConfigStatus is what the reconciler observed.
+type NodeConfigStatus struct {
+	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+	Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	Selected           int32              `json:"selected"`
+	Waiting            int32              `json:"waiting"`
+	Soaking            int32              `json:"soaking"`
+	Active             int32              `json:"active"`
+	RolledBack         int32              `json:"rolledBack"`
+	Failing            int32              `json:"failing"`
+}
+
+// FromUnstructured converts an object from the dynamic client.
+func FromUnstructured(obj map[string]any) (*NodeConfig, error) {
+	nc := &NodeConfig{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, nc); err != nil {
+		return nil, err
+	}
+	return nc, nil
+}
+
+// ToUnstructured converts for the dynamic client.
+func ToUnstructured(nc *NodeConfig) (map[string]any, error) {
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(nc)
+}

@@ -1,0 +1,397 @@
+// Package controller is the reconciler's informer → workqueue → sync loop
+// (after sample-controller): one work item per Node runs the lifecycle
+// policy against that node's checkpointd, and one per NodeConfig writes its
+// status and handles its deletion. Handlers only enqueue; all logic is in
+// the sync functions, which are idempotent and read from listers.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/reconciler/internal/agents"
+	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/policy"
+)
+
+// DefaultReconcileInterval is the mean periodic reconcile (seed 002).
+const DefaultReconcileInterval = 10 * time.Minute
+
+// Options configure a Controller.
+type Options struct {
+	Kube        kubernetes.Interface
+	Dynamic     dynamic.Interface
+	Nodes       corelisters.NodeLister
+	ConfigMaps  corelisters.ConfigMapLister
+	NodeConfigs cache.GenericLister
+	Synced      []cache.InformerSynced
+	Agents      *agents.Pool
+	Recorder    record.EventRecorder
+	Registerer  prometheus.Registerer
+	Log         *slog.Logger
+	// BaseDelay and MaxDelay bound the per-node exponential retry (seed
+	// 002: 2 s doubling, capped at 2 min).
+	BaseDelay, MaxDelay time.Duration
+	// RPCTimeout bounds one sync's calls to a node's checkpointd.
+	RPCTimeout time.Duration
+	Now        func() time.Time
+}
+
+// Controller reconciles nodes and NodeConfigs.
+type Controller struct {
+	o       Options
+	nodeQ   workqueue.TypedRateLimitingInterface[string]
+	ncQ     workqueue.TypedRateLimitingInterface[string]
+	metrics *metrics
+
+	mu    sync.Mutex
+	nodes map[string]*NodeInfo
+}
+
+// NodeInfo is what the reconciler knows of one node; ReconcilerService
+// shows it. It is a cache: everything in it can be rebuilt from checkpointd
+// and the API, so a fail-over loses nothing.
+type NodeInfo struct {
+	Name          string
+	NodeConfig    string
+	State         nodeconfigv1.LifecycleState
+	Records       *nodeconfigv1.Records
+	Err           string
+	Failures      int
+	Backoff       time.Duration
+	NextReconcile time.Time
+	// Admitted marks a node pacing let start a trial that has not ended.
+	Admitted bool
+}
+
+// New builds a controller.
+func New(o Options) *Controller {
+	if o.BaseDelay == 0 {
+		o.BaseDelay = 2 * time.Second
+	}
+	if o.MaxDelay == 0 {
+		o.MaxDelay = 2 * time.Minute
+	}
+	if o.RPCTimeout == 0 {
+		o.RPCTimeout = 10 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return &Controller{
+		o:       o,
+		nodeQ:   workqueue.NewTypedRateLimitingQueueWithConfig(newRateLimiter(o.BaseDelay, o.MaxDelay), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
+		ncQ:     workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
+		metrics: newMetrics(o.Registerer),
+		nodes:   map[string]*NodeInfo{},
+	}
+}
+
+// Handlers returns the informer event handlers; they only enqueue.
+func (c *Controller) Handlers() (nodes, configMaps, nodeConfigs, pods cache.ResourceEventHandler) {
+	nodes = cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.enqueueNode(obj) },
+		UpdateFunc: func(old, cur any) {
+			o, n := old.(*corev1.Node), cur.(*corev1.Node)
+			// statusd's own patches do not concern the policy; labels and
+			// the abandon mark do.
+			if !labels.Equals(o.Labels, n.Labels) || o.Annotations[v1alpha1.AnnotationAbandoned] != n.Annotations[v1alpha1.AnnotationAbandoned] {
+				c.enqueueNode(cur)
+			}
+		},
+		DeleteFunc: func(obj any) { c.enqueueNode(obj) },
+	}
+	configMaps = cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueForConfigMap(obj) },
+		UpdateFunc: func(_, cur any) { c.enqueueForConfigMap(cur) },
+		DeleteFunc: func(obj any) { c.enqueueForConfigMap(obj) },
+	}
+	nodeConfigs = cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueueForNodeConfig(nil, obj) },
+		UpdateFunc: func(old, cur any) { c.enqueueForNodeConfig(old, cur) },
+		DeleteFunc: func(obj any) { c.enqueueForNodeConfig(nil, obj) },
+	}
+	pods = cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.enqueuePodNode(obj) },
+		UpdateFunc: func(_, cur any) { c.enqueuePodNode(cur) },
+	}
+	return
+}
+
+// Run waits for the caches and runs workers until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer c.nodeQ.ShutDown()
+	defer c.ncQ.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.o.Synced...) {
+		return fmt.Errorf("caches did not sync")
+	}
+	// Every node once at start: the new leader rebuilds its view.
+	nodes, err := c.o.Nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		c.nodeQ.Add(n.Name)
+	}
+	c.o.Log.Info("reconciler started", "nodes", len(nodes), "workers", workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				for c.processNext(ctx, "nodes", c.nodeQ, c.syncNode) {
+				}
+			}, time.Second)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.processNext(ctx, "nodeconfigs", c.ncQ, c.syncNodeConfig) {
+			}
+		}, time.Second)
+	}()
+	go c.reportQueueDepth(ctx)
+	<-ctx.Done()
+	c.nodeQ.ShutDown()
+	c.ncQ.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) processNext(ctx context.Context, name string, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) (time.Duration, error)) bool {
+	key, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(key)
+	start := time.Now()
+	after, err := sync(ctx, key)
+	c.metrics.syncSeconds.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	if err != nil {
+		c.metrics.syncs.WithLabelValues(name, "error").Inc()
+		q.AddRateLimited(key)
+		return true
+	}
+	c.metrics.syncs.WithLabelValues(name, "ok").Inc()
+	q.Forget(key)
+	if after > 0 {
+		q.AddAfter(key, after)
+	}
+	return true
+}
+
+// Resync reconciles a node now, dropping its backoff.
+func (c *Controller) Resync(node string) {
+	c.nodeQ.Forget(node)
+	c.nodeQ.Add(node)
+}
+
+// NodeInfos returns copies of every node's info, by name.
+func (c *Controller) NodeInfos() []NodeInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]NodeInfo, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		out = append(out, *n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// NodeInfo returns one node's info.
+func (c *Controller) NodeInfo(name string) (NodeInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[name]
+	if !ok {
+		return NodeInfo{}, false
+	}
+	return *n, true
+}
+
+// nodeConfigs lists every NodeConfig from the cache.
+func (c *Controller) nodeConfigs() ([]*v1alpha1.NodeConfig, error) {
+	objs, err := c.o.NodeConfigs.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*v1alpha1.NodeConfig, 0, len(objs))
+	for _, obj := range objs {
+		nc, err := toNodeConfig(obj)
+		if err != nil {
+			c.o.Log.Error("skipping undecodable NodeConfig", "err", err)
+			continue
+		}
+		out = append(out, nc)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func toNodeConfig(obj any) (*v1alpha1.NodeConfig, error) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, fmt.Errorf("unexpected NodeConfig object %T", obj)
+	}
+	return v1alpha1.FromUnstructured(u.Object)
+}
+
+func selects(nc *v1alpha1.NodeConfig, node *corev1.Node) bool {
+	if nc.Spec.NodeSelector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector)
+	return err == nil && sel.Matches(labels.Set(node.Labels))
+}
+
+func (c *Controller) enqueueNode(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		c.nodeQ.Add(n.Name)
+	}
+}
+
+func (c *Controller) enqueuePodNode(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		c.nodeQ.Add(p.Spec.NodeName)
+	}
+}
+
+// enqueueForConfigMap enqueues the nodes of every NodeConfig using it.
+func (c *Controller) enqueueForConfigMap(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return
+	}
+	ncs, err := c.nodeConfigs()
+	if err != nil {
+		return
+	}
+	for _, nc := range ncs {
+		if s := nc.Spec.Source; s != nil && s.ConfigMap != nil && s.ConfigMap.Namespace == cm.Namespace && s.ConfigMap.Name == cm.Name {
+			c.enqueueSelected(nc)
+		}
+	}
+}
+
+func (c *Controller) enqueueForNodeConfig(old, cur any) {
+	for _, obj := range []any{old, cur} {
+		if obj == nil {
+			continue
+		}
+		nc, err := toNodeConfig(obj)
+		if err != nil {
+			continue
+		}
+		c.ncQ.Add(nc.Name)
+		c.enqueueSelected(nc)
+	}
+}
+
+func (c *Controller) enqueueSelected(nc *v1alpha1.NodeConfig) {
+	nodes, err := c.o.Nodes.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, n := range nodes {
+		if selects(nc, n) {
+			c.nodeQ.Add(n.Name)
+		}
+	}
+}
+
+// reconcileInterval reads the NodeConfig's annotation; 0 means no periodic
+// reconcile once up to date.
+func reconcileInterval(nc *v1alpha1.NodeConfig) time.Duration {
+	if nc == nil {
+		return DefaultReconcileInterval
+	}
+	v, ok := nc.Annotations[v1alpha1.AnnotationReconcileInterval]
+	if !ok {
+		return DefaultReconcileInterval
+	}
+	secs, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || secs < 0 {
+		return DefaultReconcileInterval
+	}
+	return time.Duration(secs) * time.Second
+}
+
+func (c *Controller) reportQueueDepth(ctx context.Context) {
+	wait.UntilWithContext(ctx, func(context.Context) {
+		c.metrics.queueDepth.Set(float64(c.nodeQ.Len()))
+		c.mu.Lock()
+		counts := map[nodeconfigv1.LifecycleState]int{}
+		for _, n := range c.nodes {
+			counts[n.State]++
+		}
+		c.mu.Unlock()
+		for st, name := range nodeconfigv1.LifecycleState_name {
+			c.metrics.nodesByState.WithLabelValues(name).Set(float64(counts[nodeconfigv1.LifecycleState(st)]))
+		}
+	}, 5*time.Second)
+}
+
+func nodeRef(node *corev1.Node) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}
+}
+
+func nodeConfigRef(nc *v1alpha1.NodeConfig) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "NodeConfig", APIVersion: "nodeconfig.io/v1alpha1", Name: nc.Name, UID: nc.UID}
+}
+
+func (c *Controller) emit(node *corev1.Node, nc *v1alpha1.NodeConfig, events []policy.Event) {
+	for _, e := range events {
+		typ := corev1.EventTypeNormal
+		if e.Warning {
+			typ = corev1.EventTypeWarning
+		}
+		switch e.Reason {
+		case policy.EventPromoted:
+			c.metrics.promotions.Inc()
+		case policy.EventRolledBack:
+			c.metrics.rollbacks.Inc()
+		}
+		if c.o.Recorder == nil {
+			continue
+		}
+		c.o.Recorder.Event(nodeRef(node), typ, e.Reason, e.Message)
+		if nc != nil {
+			c.o.Recorder.Eventf(nodeConfigRef(nc), typ, e.Reason, "node %s: %s", node.Name, e.Message)
+		}
+	}
+}
+

@@ -1,0 +1,168 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/pacing"
+)
+
+func labelsEverything() labels.Selector { return labels.Everything() }
+
+// syncNodeConfig keeps the finalizer, handles deletion, and writes status
+// (only when it changed).
+func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Duration, error) {
+	obj, err := c.o.NodeConfigs.Get(name)
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	nc, err := toNodeConfig(obj)
+	if err != nil {
+		return 0, err
+	}
+	client := c.o.Dynamic.Resource(v1alpha1.GroupVersionResource)
+	if nc.DeletionTimestamp != nil {
+		return c.finalize(ctx, nc)
+	}
+	if !slices.Contains(nc.Finalizers, v1alpha1.Finalizer) {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"finalizers": append(slices.Clone(nc.Finalizers), v1alpha1.Finalizer), "resourceVersion": nc.ResourceVersion,
+		}})
+		if _, err := client.Patch(ctx, nc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return 0, fmt.Errorf("add finalizer: %w", err)
+		}
+		// The update event brings us back with the new object.
+		return 0, nil
+	}
+	status := c.computeStatus(nc)
+	if reflect.DeepEqual(status, nc.Status) {
+		return 0, nil
+	}
+	nc.Status = status
+	u, err := v1alpha1.ToUnstructured(nc)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := client.UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+		if apierrors.IsConflict(err) {
+			// A newer object is on its way through the informer.
+			return time.Second, nil
+		}
+		return 0, fmt.Errorf("update status: %w", err)
+	}
+	return 0, nil
+}
+
+// computeStatus counts the selected nodes by state and sets the conditions.
+func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigStatus {
+	st := v1alpha1.NodeConfigStatus{ObservedGeneration: nc.Generation, Conditions: slices.Clone(nc.Status.Conditions)}
+	selected := c.selectedNodes(nc)
+	st.Selected = int32(len(selected))
+	conflicts, unknown := 0, 0
+	anyHalted := false
+	c.mu.Lock()
+	for _, name := range selected {
+		n := c.nodes[name]
+		if n == nil {
+			unknown++
+			continue
+		}
+		switch n.State {
+		case nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED:
+			st.Waiting++
+		case nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING:
+			st.Soaking++
+		case nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT:
+			st.Active++
+		case nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK:
+			st.RolledBack++
+		case nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT:
+			conflicts++
+		default:
+			st.Failing++
+		}
+		if n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED {
+			anyHalted = true
+		}
+	}
+	c.mu.Unlock()
+
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: nc.Generation})
+	}
+	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
+	halted := anyHalted || (st.RolledBack > 0 && pacing.Halted(int(st.RolledBack), pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)))
+	done := int(st.Active) == len(selected) && unknown == 0
+	switch {
+	case conflicts > 0:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonSelectorConflict,
+			fmt.Sprintf("%d selected node(s) are also selected by another NodeConfig and are left unchanged", conflicts))
+	case halted:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonRolloutHalted,
+			fmt.Sprintf("%d node(s) rolled back (maxFailures %d): the rollout of this version is halted until the spec or the ConfigMap changes", st.RolledBack, pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)))
+	case st.RolledBack > 0 || st.Failing > 0:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, "NodesFailing",
+			fmt.Sprintf("%d node(s) rolled back, %d failing with retries", st.RolledBack, st.Failing))
+	default:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, "AsExpected", "no node rolled back or failing")
+	}
+	if done {
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, "RolloutComplete", fmt.Sprintf("all %d selected node(s) use this config", len(selected)))
+		set(v1alpha1.ConditionReady, metav1.ConditionTrue, "AllNodesActive", fmt.Sprintf("all %d selected node(s) have this config active and last-known-good", len(selected)))
+	} else {
+		msg := fmt.Sprintf("%d soaking, %d waiting (maxInTrial %d), %d active of %d selected", st.Soaking, st.Waiting, limit, st.Active, len(selected))
+		progressing := metav1.ConditionTrue
+		if halted {
+			progressing = metav1.ConditionFalse
+		}
+		set(v1alpha1.ConditionProgressing, progressing, "RollingOut", msg)
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, "RollingOut", msg)
+	}
+	return st
+}
+
+// finalize resets (or abandons) the selected nodes, then lets the
+// NodeConfig go.
+func (c *Controller) finalize(ctx context.Context, nc *v1alpha1.NodeConfig) (time.Duration, error) {
+	if !slices.Contains(nc.Finalizers, v1alpha1.Finalizer) {
+		return 0, nil
+	}
+	abandon := nc.Annotations[v1alpha1.AnnotationDeletionPolicy] == v1alpha1.DeletionPolicyAbandon
+	for _, name := range c.selectedNodes(nc) {
+		if abandon {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.AnnotationAbandoned: nc.Name}}})
+			if _, err := c.o.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return 0, fmt.Errorf("mark node %s abandoned: %w", name, err)
+			}
+			continue
+		}
+		info, ok := c.NodeInfo(name)
+		if !ok || (info.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT && info.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING) {
+			// Its node sync resets it and brings us back here.
+			c.nodeQ.Add(name)
+			return 2 * time.Second, nil
+		}
+	}
+	finalizers := slices.DeleteFunc(slices.Clone(nc.Finalizers), func(f string) bool { return f == v1alpha1.Finalizer })
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": nc.ResourceVersion}})
+	if _, err := c.o.Dynamic.Resource(v1alpha1.GroupVersionResource).Patch(ctx, nc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return 0, fmt.Errorf("remove finalizer: %w", err)
+	}
+	return 0, nil
+}

@@ -1,0 +1,295 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/pacing"
+	"nodeconfig.io/services/reconciler/internal/policy"
+)
+
+var validators = map[string]nodeconfigv1.Validator{
+	"":        nodeconfigv1.Validator_VALIDATOR_YAML,
+	"yaml":    nodeconfigv1.Validator_VALIDATOR_YAML,
+	"json":    nodeconfigv1.Validator_VALIDATOR_JSON,
+	"kubelet": nodeconfigv1.Validator_VALIDATOR_KUBELET,
+	"none":    nodeconfigv1.Validator_VALIDATOR_NONE,
+}
+
+// syncNode runs the lifecycle policy for one node.
+func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, error) {
+	node, err := c.o.Nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.forgetNode(name)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	ncs, err := c.nodeConfigs()
+	if err != nil {
+		return 0, err
+	}
+	var matches []*v1alpha1.NodeConfig
+	for _, nc := range ncs {
+		if selects(nc, node) {
+			matches = append(matches, nc)
+		}
+	}
+
+	var nc *v1alpha1.NodeConfig
+	d := policy.Desired{Mode: policy.ModeReset}
+	switch {
+	case len(matches) > 1:
+		// No change on the node; each NodeConfig reports the conflict.
+		d.Mode = policy.ModeLeave
+		for _, m := range matches {
+			c.ncQ.Add(m.Name)
+		}
+	case len(matches) == 1:
+		nc = matches[0]
+		switch {
+		case nc.DeletionTimestamp != nil && nc.Annotations[v1alpha1.AnnotationDeletionPolicy] == v1alpha1.DeletionPolicyAbandon:
+			d.Mode = policy.ModeLeave
+		case nc.DeletionTimestamp != nil || nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil:
+			d.Mode = policy.ModeReset
+		default:
+			if err := c.clearAbandoned(ctx, node); err != nil {
+				return 0, err
+			}
+			d = c.desiredFor(ctx, nc, node)
+		}
+	default:
+		if node.Annotations[v1alpha1.AnnotationAbandoned] != "" {
+			d.Mode = policy.ModeLeave
+		}
+	}
+
+	agent, err := c.o.Agents.For(name)
+	var res policy.Result
+	if err != nil {
+		res = policy.Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Err: fmt.Errorf("%s: %w", policy.ReasonAgentUnavailable, err)}
+	} else {
+		rpcCtx, cancel := context.WithTimeout(ctx, c.o.RPCTimeout)
+		res = policy.Sync(rpcCtx, agent, d, c.o.Now())
+		cancel()
+	}
+	if len(matches) > 1 {
+		res.State = nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT
+	}
+	c.emit(node, nc, res.Events)
+	next := c.record(node, nc, res)
+	if res.Err != nil {
+		c.o.Log.Info("node sync failed; retrying with backoff", "node", name, "err", res.Err, "retry_in", c.nodeQ.NumRequeues(name))
+		return 0, res.Err
+	}
+	return next, nil
+}
+
+// desiredFor resolves a NodeConfig's source for a node: ConfigMap from the
+// cache, then from the API server; a missing ConfigMap or key is an early
+// error that heals when it appears.
+func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, node *corev1.Node) policy.Desired {
+	ref := nc.Spec.Source.ConfigMap
+	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: nc.Spec.SoakSeconds, CheckDrift: true}
+	if d.SoakSeconds == 0 {
+		d.SoakSeconds = 600
+	}
+	cm, err := c.o.ConfigMaps.ConfigMaps(ref.Namespace).Get(ref.Name)
+	if apierrors.IsNotFound(err) {
+		cm, err = c.o.Kube.CoreV1().ConfigMaps(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	}
+	early := func(msg string) policy.Desired {
+		d.ResolveErr = &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: policy.ReasonDownloadFailed, Message: msg}
+		return d
+	}
+	if err != nil {
+		return early(fmt.Sprintf("ConfigMap %s/%s: %v", ref.Namespace, ref.Name, err))
+	}
+	if _, ok := cm.Data[ref.Key]; !ok {
+		return early(fmt.Sprintf("ConfigMap %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key))
+	}
+	d.Source = &nodeconfigv1.ConfigSource{Namespace: cm.Namespace, Name: cm.Name, Uid: string(cm.UID), ResourceVersion: cm.ResourceVersion, Key: ref.Key}
+	d.Data = cm.Data
+	d.Halted, d.Admit = c.pace(nc, node.Name, d.Source)
+	return d
+}
+
+// pace applies the NodeConfig's rollout limits to one node and one version.
+func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, src *nodeconfigv1.ConfigSource) (halted bool, admit func() bool) {
+	selected := c.selectedNodes(nc)
+	c.mu.Lock()
+	rolledBack := 0
+	for _, name := range selected {
+		if n := c.nodes[name]; n != nil && n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK &&
+			nodeconfigv1.SameSource(n.Records.GetAssigned().GetSource(), src) {
+			rolledBack++
+		}
+	}
+	c.mu.Unlock()
+	halted = pacing.Halted(rolledBack, pacing.MaxFailures(nc.Spec.Rollout.MaxFailures))
+	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
+	admit = func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		inTrial := 0
+		for _, name := range selected {
+			n := c.nodes[name]
+			if name == node {
+				continue
+			}
+			if n == nil {
+				// Not seen since this reconciler started: it may be soaking.
+				// Admit nobody until every selected node has been synced once.
+				return false
+			}
+			if n.Admitted || n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING {
+				inTrial++
+			}
+		}
+		if inTrial >= limit {
+			return false
+		}
+		info := c.infoLocked(node)
+		info.Admitted = true
+		return true
+	}
+	return halted, admit
+}
+
+func (c *Controller) selectedNodes(nc *v1alpha1.NodeConfig) []string {
+	nodes, err := c.o.Nodes.List(labelsEverything())
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, n := range nodes {
+		if selects(nc, n) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// record stores the sync's outcome and returns when to look again.
+func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res policy.Result) time.Duration {
+	c.mu.Lock()
+	info := c.infoLocked(node.Name)
+	prevState, prevNC := info.State, info.NodeConfig
+	info.State = res.State
+	if res.Records != nil {
+		info.Records = res.Records
+	}
+	info.NodeConfig = ""
+	if nc != nil {
+		info.NodeConfig = nc.Name
+	}
+	if res.Err != nil {
+		info.Err = res.Err.Error()
+		info.Failures = c.nodeQ.NumRequeues(node.Name) + 1
+		info.Backoff = c.o.BaseDelay << min(info.Failures-1, 16)
+		if info.Backoff > c.o.MaxDelay {
+			info.Backoff = c.o.MaxDelay
+		}
+		info.NextReconcile = c.o.Now().Add(info.Backoff)
+	} else {
+		info.Err, info.Failures, info.Backoff = "", 0, 0
+	}
+	switch res.State {
+	case nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING,
+		nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED:
+	default:
+		// The trial, if any, is over.
+		info.Admitted = false
+	}
+	var next time.Duration
+	if res.Err == nil {
+		switch {
+		case res.RequeueAfter > 0:
+			next = res.RequeueAfter
+		case res.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING:
+			// Woken when a trial ends; this is only a safety net.
+			next = 30 * time.Second
+		default:
+			if iv := reconcileInterval(nc); iv > 0 {
+				next = wait.Jitter(iv/2, 2) // 0.5x to 1.5x the mean
+			}
+		}
+		if next > 0 {
+			info.NextReconcile = c.o.Now().Add(next)
+		} else {
+			info.NextReconcile = time.Time{}
+		}
+	}
+	changed := prevState != info.State || prevNC != info.NodeConfig
+	c.mu.Unlock()
+
+	if changed {
+		for _, name := range []string{prevNC, info.NodeConfig} {
+			if name != "" {
+				c.ncQ.Add(name)
+			}
+		}
+		if prevState == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING && nc != nil {
+			c.wakeWaiting(nc.Name)
+		}
+	}
+	return next
+}
+
+// wakeWaiting enqueues the nodes pacing held back, now that a slot is free.
+func (c *Controller) wakeWaiting(ncName string) {
+	c.mu.Lock()
+	var waiting []string
+	for name, n := range c.nodes {
+		if n.NodeConfig == ncName && n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING {
+			waiting = append(waiting, name)
+		}
+	}
+	c.mu.Unlock()
+	for _, name := range waiting {
+		c.nodeQ.Add(name)
+	}
+}
+
+func (c *Controller) infoLocked(name string) *NodeInfo {
+	info := c.nodes[name]
+	if info == nil {
+		info = &NodeInfo{Name: name}
+		c.nodes[name] = info
+	}
+	return info
+}
+
+func (c *Controller) forgetNode(name string) {
+	c.mu.Lock()
+	info := c.nodes[name]
+	delete(c.nodes, name)
+	c.mu.Unlock()
+	c.nodeQ.Forget(name)
+	if info != nil && info.NodeConfig != "" {
+		c.ncQ.Add(info.NodeConfig)
+		c.wakeWaiting(info.NodeConfig)
+	}
+}
+
+// clearAbandoned removes the abandon mark once a NodeConfig selects the
+// node again.
+func (c *Controller) clearAbandoned(ctx context.Context, node *corev1.Node) error {
+	if node.Annotations[v1alpha1.AnnotationAbandoned] == "" {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{v1alpha1.AnnotationAbandoned: nil}}})
+	_, err := c.o.Kube.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}

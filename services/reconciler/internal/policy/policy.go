@@ -1,0 +1,269 @@
+// Package policy is the per-node lifecycle the reconciler enforces: from
+// what a node should use (Desired) and what its checkpointd says (Records),
+// one sync decides the next steps — checkpoint, assign, activate, promote,
+// reset — and says when to look again. It talks to the node only through the
+// CheckpointService client, so every transition is testable with a fake.
+package policy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+)
+
+// Early error reasons the reconciler records on a node.
+const (
+	ReasonDownloadFailed   = "DownloadFailed"
+	ReasonCheckpointFailed = "CheckpointFailed"
+	ReasonAgentUnavailable = "CheckpointdUnavailable"
+)
+
+// Event reasons (on the Node and the NodeConfig).
+const (
+	EventAssigned   = "ConfigAssigned"
+	EventActivated  = "ConfigActivated"
+	EventPromoted   = "ConfigPromoted"
+	EventRolledBack = "ConfigRolledBack"
+	EventDrift      = "DriftCorrected"
+	EventFailed     = "UpdateFailed"
+)
+
+// Mode says what kind of desired state a node has.
+type Mode int
+
+const (
+	// ModeLeave: touch nothing (abandoned, or a selector conflict).
+	ModeLeave Mode = iota
+	// ModeReset: no config; the node uses its local default.
+	ModeReset
+	// ModeUse: the node should use Source.
+	ModeUse
+)
+
+// Desired is what the node should use, resolved by the controller.
+type Desired struct {
+	Mode Mode
+	// Source is pinned to a ConfigMap version (uid, resourceVersion).
+	Source      *nodeconfigv1.ConfigSource
+	Data        map[string]string
+	Validator   nodeconfigv1.Validator
+	SoakSeconds int64
+	// ResolveErr is an early error met while resolving Source (ConfigMap or
+	// key missing); Source is then nil.
+	ResolveErr *nodeconfigv1.ConfigError
+	// Admit asks fleet pacing whether this node may start a trial of a new
+	// version now; nil admits.
+	Admit func() bool
+	// Halted: this version's rollout stopped after too many rollbacks.
+	Halted bool
+	// CheckDrift asks checkpointd to compare the target file with the
+	// active config (periodic reconciles).
+	CheckDrift bool
+}
+
+// Event is one thing worth telling the user about.
+type Event struct {
+	Warning bool
+	Reason  string
+	Message string
+}
+
+// Result is what one sync did and what it wants next.
+type Result struct {
+	State   nodeconfigv1.LifecycleState
+	Records *nodeconfigv1.Records
+	Events  []Event
+	// RequeueAfter > 0: look again then (soak end).
+	RequeueAfter time.Duration
+	// Err is an early error: retry with backoff. Late errors are not errors
+	// here: they are a state (RolledBack) that waits for a new assignment.
+	Err error
+}
+
+// Sync runs one step of the lifecycle for one node.
+func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Desired, now time.Time) Result {
+	recsResp, err := agent.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{})
+	if err != nil {
+		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Err: fmt.Errorf("%s: read records: %w", ReasonAgentUnavailable, err)}
+	}
+	recs := recsResp.GetRecords()
+	switch d.Mode {
+	case ModeLeave:
+		return Result{State: stateOf(recs), Records: recs}
+	case ModeReset:
+		return reset(ctx, agent, recs)
+	}
+	if d.ResolveErr != nil {
+		return earlyError(ctx, agent, recs, d.ResolveErr)
+	}
+	a := recs.GetAssigned()
+	if a != nil && nodeconfigv1.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator && a.GetSoakSeconds() == d.SoakSeconds {
+		return continueTrial(ctx, agent, recs, d, now)
+	}
+	if d.Halted {
+		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED, Records: recs}
+	}
+	if d.Admit != nil && !d.Admit() {
+		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING, Records: recs}
+	}
+	return startTrial(ctx, agent, recs, d, now)
+}
+
+func reset(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records) Result {
+	if recs.GetAssigned() == nil && recs.GetActive() == nil && recs.GetLastKnownGood() == nil && recs.GetError() == nil {
+		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT, Records: recs}
+	}
+	resp, err := agent.Reset(ctx, &nodeconfigv1.ResetRequest{})
+	if err != nil {
+		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Records: recs, Err: fmt.Errorf("reset: %w", err)}
+	}
+	return Result{
+		State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT, Records: resp.GetRecords(),
+		Events: []Event{{Reason: EventAssigned, Message: "no config assigned: reset to the local default (assigned, active and last-known-good cleared)"}},
+	}
+}
+
+// earlyError records the error on the node (so its status says why) and
+// asks for a retry with backoff. Nothing rolls back.
+func earlyError(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, e *nodeconfigv1.ConfigError) Result {
+	res := Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Records: recs, Err: fmt.Errorf("%s: %s", e.GetReason(), e.GetMessage())}
+	if resp, err := agent.SetError(ctx, &nodeconfigv1.SetErrorRequest{Error: e}); err == nil {
+		res.Records = resp.GetRecords()
+	}
+	return res
+}
+
+func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, d Desired, now time.Time) Result {
+	src := d.Source
+	// Checkpoint first: assigned must only ever name a config on disk.
+	if _, err := agent.GetCheckpoint(ctx, &nodeconfigv1.GetCheckpointRequest{Uid: src.GetUid(), ResourceVersion: src.GetResourceVersion()}); err != nil {
+		if status.Code(err) != codes.NotFound {
+			return failing(recs, fmt.Errorf("%s: look up checkpoint: %w", ReasonAgentUnavailable, err))
+		}
+		if _, err := agent.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src, Data: d.Data}); err != nil {
+			e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
+				Message: fmt.Sprintf("checkpoint %s: %v", describe(src), status.Convert(err).Message())}
+			return earlyError(ctx, agent, recs, e)
+		}
+	}
+	if _, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator}); err != nil {
+		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
+			Message: fmt.Sprintf("record assigned %s: %v", describe(src), status.Convert(err).Message())}
+		return earlyError(ctx, agent, recs, e)
+	}
+	res := activate(ctx, agent, recs, now)
+	res.Events = append([]Event{{Reason: EventAssigned, Message: fmt.Sprintf("assigned %s (soak %ds)", describe(src), d.SoakSeconds)}}, res.Events...)
+	return res
+}
+
+func activate(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, now time.Time) Result {
+	resp, err := agent.Activate(ctx, &nodeconfigv1.ActivateRequest{})
+	if err != nil {
+		return failing(recs, fmt.Errorf("%s: activate: %w", ReasonAgentUnavailable, err))
+	}
+	recs = resp.GetRecords()
+	src := recs.GetAssigned().GetSource()
+	switch resp.GetOutcome() {
+	case nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK:
+		return Result{
+			State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs,
+			Events: []Event{{Warning: true, Reason: EventRolledBack, Message: fmt.Sprintf("%s; rolled back to %s", recs.GetError().GetError().GetMessage(), describe(recs.GetActive().GetSource()))}},
+		}
+	case nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED:
+		res := afterActive(recs, now)
+		res.Events = append([]Event{{Reason: EventActivated, Message: fmt.Sprintf("activated %s", describe(src))}}, res.Events...)
+		return res
+	default:
+		return Result{State: stateOf(recs), Records: recs}
+	}
+}
+
+// continueTrial handles a node that already has the desired assignment.
+func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, d Desired, now time.Time) Result {
+	if recs.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
+		// A late error is fixed by a new assignment, not by retrying.
+		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs}
+	}
+	if !nodeconfigv1.SameSource(recs.GetAssigned().GetSource(), recs.GetActive().GetSource()) {
+		// Assigned but not active: a crash between the two steps.
+		return activate(ctx, agent, recs, now)
+	}
+	if recs.GetError() != nil {
+		// An early error from an earlier attempt is resolved now.
+		if resp, err := agent.SetError(ctx, &nodeconfigv1.SetErrorRequest{}); err == nil {
+			recs = resp.GetRecords()
+		}
+	}
+	var events []Event
+	if d.CheckDrift {
+		resp, err := agent.RepairDrift(ctx, &nodeconfigv1.RepairDriftRequest{})
+		if err != nil {
+			return failing(recs, fmt.Errorf("%s: repair drift: %w", ReasonAgentUnavailable, err))
+		}
+		if resp.GetRepaired() {
+			events = append(events, Event{Warning: true, Reason: EventDrift, Message: "the materialized config file differed from the active checkpoint and was rewritten"})
+		}
+	}
+	res := afterActive(recs, now)
+	if recs.Soaking() && !now.Before(recs.SoakEnd()) {
+		src := recs.GetAssigned().GetSource()
+		resp, err := agent.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src})
+		if err != nil {
+			return failing(recs, fmt.Errorf("promote: %w", err))
+		}
+		res = afterActive(resp.GetRecords(), now)
+		events = append(events, Event{Reason: EventPromoted, Message: fmt.Sprintf("%s stayed active for its %ds soak and is now last-known-good", describe(src), recs.GetAssigned().GetSoakSeconds())})
+	}
+	res.Events = append(events, res.Events...)
+	return res
+}
+
+// afterActive says when to look again at a node whose assigned config is active.
+func afterActive(recs *nodeconfigv1.Records, now time.Time) Result {
+	if recs.Soaking() {
+		wait := recs.SoakEnd().Sub(now)
+		if wait <= 0 {
+			wait = time.Millisecond
+		}
+		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING, Records: recs, RequeueAfter: wait}
+	}
+	return Result{State: stateOf(recs), Records: recs}
+}
+
+func failing(recs *nodeconfigv1.Records, err error) Result {
+	return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Records: recs, Err: err}
+}
+
+// stateOf reads the lifecycle state from the records alone.
+func stateOf(recs *nodeconfigv1.Records) nodeconfigv1.LifecycleState {
+	switch {
+	case recs.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
+		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK
+	case recs.GetError() != nil:
+		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING
+	case recs.GetAssigned() == nil:
+		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT
+	case recs.Soaking():
+		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING
+	case nodeconfigv1.SameSource(recs.GetAssigned().GetSource(), recs.GetLastKnownGood().GetSource()):
+		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE
+	default:
+		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED
+	}
+}
+
+// StateOf is stateOf for callers that only have records (pacing at start).
+func StateOf(recs *nodeconfigv1.Records) nodeconfigv1.LifecycleState { return stateOf(recs) }
+
+func describe(src *nodeconfigv1.ConfigSource) string {
+	if src == nil {
+		return "the local default"
+	}
+	return fmt.Sprintf("ConfigMap %s/%s key %s (resourceVersion %s)", src.GetNamespace(), src.GetName(), src.GetKey(), src.GetResourceVersion())
+}
+

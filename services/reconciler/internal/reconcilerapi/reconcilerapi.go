@@ -1,0 +1,102 @@
+// Package reconcilerapi is the reconciler's gRPC service for operators:
+// each node's lifecycle state, error, backoff and next reconcile.
+package reconcilerapi
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/reconciler/internal/controller"
+)
+
+// Nodes is the part of the controller the service reads.
+type Nodes interface {
+	NodeInfos() []controller.NodeInfo
+	NodeInfo(name string) (controller.NodeInfo, bool)
+	Resync(name string)
+}
+
+// Service implements nodeconfig.v1.ReconcilerService.
+type Service struct {
+	nodeconfigv1.UnimplementedReconcilerServiceServer
+	// Nodes returns the controller, or nil while this replica is not the leader.
+	Nodes func() Nodes
+}
+
+func (s *Service) nodes() (Nodes, error) {
+	n := s.Nodes()
+	if n == nil {
+		return nil, status.Error(codes.Unavailable, "this reconciler replica is not the leader; ask the leader (see the Lease nodeconfig-reconciler)")
+	}
+	return n, nil
+}
+
+// ListNodes lists every known node.
+func (s *Service) ListNodes(context.Context, *nodeconfigv1.ListNodesRequest) (*nodeconfigv1.ListNodesResponse, error) {
+	n, err := s.nodes()
+	if err != nil {
+		return nil, err
+	}
+	resp := &nodeconfigv1.ListNodesResponse{}
+	for _, info := range n.NodeInfos() {
+		resp.Nodes = append(resp.Nodes, toProto(info))
+	}
+	return resp, nil
+}
+
+// GetNode returns one node.
+func (s *Service) GetNode(_ context.Context, req *nodeconfigv1.GetNodeRequest) (*nodeconfigv1.GetNodeResponse, error) {
+	if req.GetNodeName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "node_name is required")
+	}
+	n, err := s.nodes()
+	if err != nil {
+		return nil, err
+	}
+	info, ok := n.NodeInfo(req.GetNodeName())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "node %q is not known to the reconciler (no such Node, or not synced yet)", req.GetNodeName())
+	}
+	return &nodeconfigv1.GetNodeResponse{Node: toProto(info)}, nil
+}
+
+// Resync reconciles a node now.
+func (s *Service) Resync(_ context.Context, req *nodeconfigv1.ResyncRequest) (*nodeconfigv1.ResyncResponse, error) {
+	if req.GetNodeName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "node_name is required")
+	}
+	n, err := s.nodes()
+	if err != nil {
+		return nil, err
+	}
+	n.Resync(req.GetNodeName())
+	return &nodeconfigv1.ResyncResponse{}, nil
+}
+
+func toProto(info controller.NodeInfo) *nodeconfigv1.NodeState {
+	st := &nodeconfigv1.NodeState{
+		NodeName:   info.Name,
+		NodeConfig: info.NodeConfig,
+		State:      info.State,
+		Error:      info.Err,
+		Failures:   int32(info.Failures),
+	}
+	if info.Records != nil {
+		st.Status = info.Records.Status()
+		if info.Records.Soaking() {
+			st.SoakEndsTime = timestamppb.New(info.Records.SoakEnd())
+		}
+	}
+	if info.Backoff > 0 {
+		st.Backoff = durationpb.New(info.Backoff)
+	}
+	if !info.NextReconcile.IsZero() {
+		st.NextReconcileTime = timestamppb.New(info.NextReconcile)
+	}
+	return st
+}

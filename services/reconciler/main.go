@@ -1,0 +1,197 @@
+// Command reconciler enforces the config lifecycle across the fleet: it
+// watches NodeConfigs, Nodes, ConfigMaps and agent Pods and drives each
+// node's checkpointd. See the repository README.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/reconciler/internal/agents"
+	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/controller"
+	"nodeconfig.io/services/reconciler/internal/reconcilerapi"
+	"nodeconfig.io/services/servekit"
+)
+
+func main() { servekit.Main(run) }
+
+type agentAddresses map[string]string
+
+func (a agentAddresses) String() string { return fmt.Sprint(map[string]string(a)) }
+func (a agentAddresses) Set(v string) error {
+	node, addr, ok := strings.Cut(v, "=")
+	if !ok || node == "" || addr == "" {
+		return fmt.Errorf("want NODE=HOST:PORT or NODE=unix:///path, got %q", v)
+	}
+	a[node] = addr
+	return nil
+}
+
+func run() error {
+	fs := flag.NewFlagSet("reconciler", flag.ContinueOnError)
+	var sf servekit.Flags
+	sf.Register(fs, "127.0.0.1:7603", "127.0.0.1:9603")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty means in-cluster config")
+	static := agentAddresses{}
+	fs.Var(static, "agent-address", "a node's checkpointd as NODE=HOST:PORT or NODE=unix:///path (repeatable; local runs and tests)")
+	socketTemplate := fs.String("agent-socket-template", "", "unix socket path of each node's checkpointd with {node} in it (local runs and tests)")
+	agentNamespace := fs.String("agent-namespace", "nodeconfig-system", "namespace of the agent pods (in-cluster discovery)")
+	agentSelector := fs.String("agent-selector", "app.kubernetes.io/name=nodeconfig-agent", "label selector of the agent pods")
+	agentPort := fs.Int("agent-port", 7601, "checkpointd's gRPC port in the agent pods")
+	workers := fs.Int("workers", 8, "concurrent node syncs")
+	baseDelay := fs.Duration("retry-base-delay", 2*time.Second, "first retry delay after an early error (doubles per failure)")
+	maxDelay := fs.Duration("retry-max-delay", 2*time.Minute, "cap of the retry delay")
+	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease")
+	leaseNamespace := fs.String("leader-elect-namespace", "nodeconfig-system", "namespace of the Lease")
+	leaseName := fs.String("leader-elect-name", "nodeconfig-reconciler", "name of the Lease")
+	leaseDuration := fs.Duration("leader-elect-lease-duration", 15*time.Second, "how long a lost leader's lease blocks the others")
+	renewDeadline := fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before giving up")
+	retryPeriod := fs.Duration("leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire the lease")
+	identity := fs.String("identity", "", "leader election identity (default hostname_pid)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: reconciler [flags]\n\nRolls NodeConfigs out to nodes: checkpoint, assign, activate, soak, promote, roll back.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	log, err := sf.Logger("reconciler")
+	if err != nil {
+		return err
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubernetes client config: %w", err)
+	}
+	restCfg.UserAgent = "nodeconfig-reconciler"
+	restCfg.QPS, restCfg.Burst = 100, 200
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	if *identity == "" {
+		host, _ := os.Hostname()
+		*identity = fmt.Sprintf("%s_%d", host, os.Getpid())
+	}
+
+	srv := servekit.New(sf, log)
+	var current atomic.Pointer[controller.Controller]
+	nodeconfigv1.RegisterReconcilerServiceServer(srv.GRPC, &reconcilerapi.Service{Nodes: func() reconcilerapi.Nodes {
+		if c := current.Load(); c != nil {
+			return c
+		}
+		return nil
+	}})
+
+	lead := func(ctx context.Context) {
+		factory := informers.NewSharedInformerFactory(kube, 0)
+		nodes := factory.Core().V1().Nodes()
+		cms := factory.Core().V1().ConfigMaps()
+		dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+		ncs := dynFactory.ForResource(v1alpha1.GroupVersionResource)
+		synced := []cache.InformerSynced{nodes.Informer().HasSynced, cms.Informer().HasSynced, ncs.Informer().HasSynced}
+
+		pool := agents.Options{Static: static, SocketTemplate: *socketTemplate, Port: *agentPort}
+		var podFactory informers.SharedInformerFactory
+		var podInformer cache.SharedIndexInformer
+		if len(static) == 0 && *socketTemplate == "" {
+			// In a cluster: each node's agent is the agent Pod on it.
+			podFactory = informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(*agentNamespace),
+				informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = *agentSelector }))
+			pods := podFactory.Core().V1().Pods()
+			pool.Pods, pool.PodSelector, podInformer = pods.Lister(), labels.Everything(), pods.Informer()
+			synced = append(synced, podInformer.HasSynced)
+		}
+		agentPool := agents.New(pool)
+		defer agentPool.Close()
+
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+		defer broadcaster.Shutdown()
+		recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodeconfig-reconciler"})
+
+		c := controller.New(controller.Options{
+			Kube: kube, Dynamic: dyn,
+			Nodes: nodes.Lister(), ConfigMaps: cms.Lister(), NodeConfigs: ncs.Lister(), Synced: synced,
+			Agents: agentPool, Recorder: recorder, Registerer: srv.Registry, Log: log,
+			BaseDelay: *baseDelay, MaxDelay: *maxDelay,
+		})
+		nodeH, cmH, ncH, podH := c.Handlers()
+		_, _ = nodes.Informer().AddEventHandler(nodeH)
+		_, _ = cms.Informer().AddEventHandler(cmH)
+		_, _ = ncs.Informer().AddEventHandler(ncH)
+		if podInformer != nil {
+			_, _ = podInformer.AddEventHandler(podH)
+			podFactory.Start(ctx.Done())
+			defer podFactory.Shutdown()
+		}
+		factory.Start(ctx.Done())
+		dynFactory.Start(ctx.Done())
+		defer factory.Shutdown()
+		defer dynFactory.Shutdown()
+		current.Store(c)
+		defer current.Store(nil)
+		if err := c.Run(ctx, *workers); err != nil {
+			log.Error("controller stopped", "err", err)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if *leaderElect {
+		lock, err := resourcelock.New(resourcelock.LeasesResourceLock, *leaseNamespace, *leaseName,
+			kube.CoreV1(), kube.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: *identity})
+		if err != nil {
+			return err
+		}
+		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
+			ReleaseOnCancel: true, Name: *leaseName,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: lead,
+				OnStoppedLeading: func() {
+					log.Info("lost leadership; stopping")
+					// A replica that lost the lease may hold stale views: start over.
+					cancel()
+				},
+				OnNewLeader: func(id string) { log.Info("leader", "identity", id) },
+			},
+		})
+		if err != nil {
+			return err
+		}
+		go elector.Run(ctx)
+	} else {
+		go lead(ctx)
+	}
+	return srv.Serve(ctx, nodeconfigv1.ReconcilerService_ServiceDesc.ServiceName)
+}
