@@ -394,4 +394,3 @@ func (c *Controller) emit(node *corev1.Node, nc *v1alpha1.NodeConfig, events []p
 		}
 	}
 }
-

@@ -266,4 +266,3 @@ func describe(src *nodeconfigv1.ConfigSource) string {
 	}
 	return fmt.Sprintf("ConfigMap %s/%s key %s (resourceVersion %s)", src.GetNamespace(), src.GetName(), src.GetKey(), src.GetResourceVersion())
 }
-

@@ -1,0 +1,209 @@
+// Package sim runs simulated nodes and the reconciler as real processes
+// against a real control plane: a Node object plus checkpointd and statusd
+// with their own state dirs and sockets per node. Many run side by side.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/cluster"
+	"nodeconfig.io/test/proc"
+)
+
+// TargetFile is the file name the simulated nodes materialize.
+const TargetFile = "config.yaml"
+
+// Node is one simulated node.
+type Node struct {
+	Name            string
+	Dir             string
+	TargetDir       string
+	Socket          string
+	StatusdSocket   string
+	CheckpointdAddr string
+	StatusdAddr     string
+	Checkpointd     *proc.Process
+	Statusd         *proc.Process
+	conn            *grpc.ClientConn
+}
+
+// SocketTemplate is the reconciler's --agent-socket-template for nodes
+// started under root.
+func SocketTemplate(root string) string {
+	return filepath.Join(root, "nodes", "{node}", "checkpointd.sock")
+}
+
+// StartNode creates the Node object (if missing) and starts its agents.
+func StartNode(ctx context.Context, c *cluster.Cluster, root, name string, labels map[string]string, statusdArgs ...string) (*Node, error) {
+	dir := filepath.Join(root, "nodes", name)
+	n := &Node{
+		Name: name, Dir: dir, TargetDir: filepath.Join(dir, "target"),
+		Socket: filepath.Join(dir, "checkpointd.sock"), StatusdSocket: filepath.Join(dir, "statusd.sock"),
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	_, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create Node %s: %w", name, err)
+	}
+	ckBin, err := proc.Binary("checkpointd")
+	if err != nil {
+		return nil, err
+	}
+	stBin, err := proc.Binary("statusd")
+	if err != nil {
+		return nil, err
+	}
+	if n.CheckpointdAddr, err = proc.FreeAddr(); err != nil {
+		return nil, err
+	}
+	if n.StatusdAddr, err = proc.FreeAddr(); err != nil {
+		return nil, err
+	}
+	n.Checkpointd, err = proc.Start(name+"/checkpointd", ckBin, []string{
+		"--listen", n.CheckpointdAddr, "--socket", n.Socket, "--metrics-addr", "",
+		"--state-dir", filepath.Join(dir, "state"), "--target-dir", n.TargetDir, "--target-file", TargetFile,
+	}, filepath.Join(dir, "checkpointd.log"))
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--listen", n.StatusdAddr, "--socket", n.StatusdSocket, "--metrics-addr", "",
+		"--kubeconfig", c.Kubeconfig, "--node-name", name, "--checkpointd", "unix://" + n.Socket,
+		"--state-file", filepath.Join(dir, "statusd-reports.json"),
+	}, statusdArgs...)
+	n.Statusd, err = proc.Start(name+"/statusd", stBin, args, filepath.Join(dir, "statusd.log"))
+	if err != nil {
+		n.Stop()
+		return nil, err
+	}
+	if err := WaitServing(n.CheckpointdAddr, 20*time.Second); err != nil {
+		n.Stop()
+		return nil, fmt.Errorf("checkpointd of %s: %w\n%s", name, err, n.Checkpointd.Tail(2000))
+	}
+	if n.conn, err = grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Checkpoint is a client of the node's checkpointd.
+func (n *Node) Checkpoint() nodeconfigv1.CheckpointServiceClient {
+	return nodeconfigv1.NewCheckpointServiceClient(n.conn)
+}
+
+// Target reads the materialized file; ok is false when it does not exist.
+func (n *Node) Target() (content string, ok bool) {
+	b, err := os.ReadFile(filepath.Join(n.TargetDir, TargetFile))
+	return string(b), err == nil
+}
+
+// Stop stops the agents (SIGTERM, then SIGKILL).
+func (n *Node) Stop() {
+	if n.conn != nil {
+		_ = n.conn.Close()
+	}
+	for _, p := range []*proc.Process{n.Statusd, n.Checkpointd} {
+		if p != nil {
+			_ = p.Stop(10 * time.Second)
+		}
+	}
+}
+
+// Logs returns the tails of the node's logs.
+func (n *Node) Logs() string {
+	return fmt.Sprintf("--- %s\n%s\n--- %s\n%s\n", n.Checkpointd.LogPath, n.Checkpointd.Tail(3000), n.Statusd.LogPath, n.Statusd.Tail(3000))
+}
+
+// Reconciler is a running reconciler process.
+type Reconciler struct {
+	Addr string
+	*proc.Process
+	conn *grpc.ClientConn
+}
+
+// StartReconciler starts a reconciler that finds agents under root.
+func StartReconciler(ctx context.Context, c *cluster.Cluster, root, identity string, extra ...string) (*Reconciler, error) {
+	bin, err := proc.Binary("reconciler")
+	if err != nil {
+		return nil, err
+	}
+	if err := EnsureNamespace(ctx, c, "nodeconfig-system"); err != nil {
+		return nil, err
+	}
+	addr, err := proc.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--listen", addr, "--metrics-addr", "", "--kubeconfig", c.Kubeconfig,
+		"--agent-socket-template", SocketTemplate(root), "--identity", identity,
+		"--retry-base-delay", "200ms", "--retry-max-delay", "2s",
+	}, extra...)
+	p, err := proc.Start("reconciler/"+identity, bin, args, filepath.Join(root, "reconciler-"+identity+".log"))
+	if err != nil {
+		return nil, err
+	}
+	r := &Reconciler{Addr: addr, Process: p}
+	if err := WaitServing(addr, 20*time.Second); err != nil {
+		_ = p.Stop(5 * time.Second)
+		return nil, fmt.Errorf("reconciler: %w\n%s", err, p.Tail(2000))
+	}
+	if r.conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Client is a ReconcilerService client.
+func (r *Reconciler) Client() nodeconfigv1.ReconcilerServiceClient {
+	return nodeconfigv1.NewReconcilerServiceClient(r.conn)
+}
+
+// Close stops the reconciler.
+func (r *Reconciler) Close() {
+	_ = r.conn.Close()
+	_ = r.Stop(10 * time.Second)
+}
+
+// EnsureNamespace creates a namespace if it is missing.
+func EnsureNamespace(ctx context.Context, c *cluster.Cluster, name string) error {
+	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// WaitServing waits for grpc.health.v1 to answer SERVING at target.
+func WaitServing(target string, timeout time.Duration) error {
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	return proc.WaitFor(timeout, func() (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return false, err
+		}
+		return resp.GetStatus() == healthpb.HealthCheckResponse_SERVING, nil
+	})
+}
