@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/proc"
+)
+
+const badYAML = "maxPods: [110\n"
+
+// "Active will represent either the current version of the Assigned config,
+// or the current LastKnownGood config, depending on whether attempting to
+// use the Assigned config results in an error." / "Later errors (e.g.
+// loading or validating a checkpointed config) will result in a rollback to
+// LastKnownGood."
+func TestLateErrorRollsBackToLastKnownGood(t *testing.T) {
+	e := newEnv(t, 1)
+	node := e.nodes[0].Name
+	good := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", nil)
+	e.waitNode(node, 20*time.Second, "good config promoted", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.LastKnownGood) == good.ResourceVersion && reasonIs(c, "Active")
+	})
+	bad := e.configMap("cfg", map[string]string{"config.yaml": badYAML})
+	e.waitNode(node, 20*time.Second, "rolled back", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.Assigned) == bad.ResourceVersion && rv(st.Active) == good.ResourceVersion &&
+			rv(st.LastKnownGood) == good.ResourceVersion && st.Error != "" &&
+			reasonIs(c, "RolledBack") && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, st.Error)
+	})
+	if got, _ := e.nodes[0].Target(); got != goodYAML {
+		t.Fatalf("target = %q, want the last-known-good payload", got)
+	}
+	e.waitEvent("Node", node, "ConfigRolledBack", 10*time.Second)
+}
+
+// "Later errors ... it is usually possible to resolve the error by fixing
+// the config assigned in Spec.ConfigSource." — and not by retrying.
+func TestLateErrorIsFixedByNewConfigNotByRetry(t *testing.T) {
+	e := newEnv(t, 1)
+	node := e.nodes[0].Name
+	bad := e.configMap("cfg", map[string]string{"config.yaml": badYAML})
+	e.use(e.label, "cfg", nil)
+	e.waitNode(node, 20*time.Second, "rolled back to the local default", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.Assigned) == bad.ResourceVersion && st.Active == nil && reasonIs(c, "RolledBack")
+	})
+	before := e.records(0).GetRevision()
+	for range 3 {
+		if _, err := e.reconciler.Client().Resync(e.ctx, &nodeconfigv1.ResyncRequest{NodeName: node}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The reconciler has seen the node again after the resyncs once the
+	// state it reports was recomputed; the records must not have moved.
+	e.waitState(node, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK)
+	if after := e.records(0).GetRevision(); after != before {
+		t.Fatalf("records changed from revision %d to %d: a rolled-back config was retried", before, after)
+	}
+	fixed := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.waitNode(node, 20*time.Second, "fixed config active", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.Active) == fixed.ResourceVersion && st.Error == ""
+	})
+}
+
+// "Earlier errors (e.g. download or checkpointing errors) will not result
+// in a rollback to LastKnownGood, and may resolve across Kubelet retries."
+func TestEarlyErrorMissingConfigMapRetriesWithBackoffAndHeals(t *testing.T) {
+	e := newEnv(t, 1)
+	node := e.nodes[0].Name
+	e.use(e.label, "not-yet", nil)
+	e.waitNode(node, 20*time.Second, "download failure reported", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return reasonIs(c, "DownloadFailed") && c.Status == corev1.ConditionFalse && st.Active == nil && st.Assigned == nil
+	})
+	// The delay grows between failures.
+	var first *nodeconfigv1.NodeState
+	err := proc.WaitFor(20*time.Second, func() (bool, error) {
+		st := e.nodeState(node)
+		if first == nil && st.GetFailures() >= 1 {
+			first = st
+		}
+		return first != nil && st.GetFailures() > first.GetFailures()+1 && st.GetBackoff().AsDuration() > first.GetBackoff().AsDuration(), nil
+	})
+	if err != nil {
+		t.Fatalf("backoff did not grow: %v (first %v, now %v)", err, first, e.nodeState(node))
+	}
+	if got := e.nodeState(node).GetBackoff().AsDuration(); got > 2*time.Second {
+		t.Fatalf("backoff %v over the configured cap of 2s", got)
+	}
+	cm := e.configMap("not-yet", map[string]string{"config.yaml": goodYAML})
+	e.waitNode(node, 20*time.Second, "healed", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.Active) == cm.ResourceVersion && st.Error == "" && c.Status == corev1.ConditionTrue
+	})
+}
+
+// A key the source names but the ConfigMap lacks is an early error too.
+func TestEarlyErrorMissingKeyHealsWhenKeyAppears(t *testing.T) {
+	e := newEnv(t, 1)
+	node := e.nodes[0].Name
+	e.configMap("cfg", map[string]string{"other": "x"})
+	e.use(e.label, "cfg", nil)
+	e.waitNode(node, 20*time.Second, "download failure", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return reasonIs(c, "DownloadFailed") && strings.Contains(st.Error, "config.yaml")
+	})
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.waitNode(node, 20*time.Second, "healed", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.Active) == cm.ResourceVersion && st.Error == ""
+	})
+}
+
+// An unreachable checkpointd is an early error for that node only: the
+// condition turns Unknown, nothing rolls back, and it heals on restart.
+func TestEarlyErrorCheckpointdUnreachableHeals(t *testing.T) {
+	e := newEnv(t, 2)
+	down, up := e.nodes[0], e.nodes[1]
+	down.Checkpointd.Kill()
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", nil)
+	e.waitNode(up.Name, 20*time.Second, "other node proceeds", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.Active) == cm.ResourceVersion
+	})
+	err := proc.WaitFor(20*time.Second, func() (bool, error) {
+		n, err := e.c.Client.CoreV1().Nodes().Get(e.ctx, down.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == "NodeConfigReady" {
+				return c.Status == corev1.ConditionUnknown && c.Reason == "CheckpointdUnavailable", nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("condition not Unknown/CheckpointdUnavailable: %v", err)
+	}
+	e.waitState(down.Name, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING)
+	if err := down.Checkpointd.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitNode(down.Name, 30*time.Second, "healed", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.Active) == cm.ResourceVersion
+	})
+	_ = context.Background
+}
