@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"google.golang.org/protobuf/proto"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/proc"
+)
+
+// "Assigned only updates in the status after the record has been
+// checkpointed to disk." Every state checkpointd ever records has the
+// payload of its assigned config on disk.
+func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	stream, err := e.nodes[0].Checkpoint().WatchRecords(ctx, &nodeconfigv1.WatchRecordsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan *nodeconfigv1.Records, 64)
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				close(seen)
+				return
+			}
+			seen <- resp.GetRecords()
+		}
+	}()
+	var want []string
+	for i, payload := range []string{goodYAML, "maxPods: 50\n", "maxPods: 60\n"} {
+		cm := e.configMap("cfg", map[string]string{"config.yaml": payload})
+		want = append(want, cm.ResourceVersion)
+		if i == 0 {
+			e.use(e.label, "cfg", nil)
+		}
+		e.waitNode(e.nodes[0].Name, 20*time.Second, "active", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+			return rv(st.Active) == cm.ResourceVersion
+		})
+	}
+	assignedSeen := map[string]bool{}
+	for {
+		var recs *nodeconfigv1.Records
+		select {
+		case recs = <-seen:
+		default:
+		}
+		if recs == nil {
+			break
+		}
+		a := recs.GetAssigned().GetSource()
+		if a == nil {
+			continue
+		}
+		assignedSeen[a.GetResourceVersion()] = true
+		_, err := e.nodes[0].Checkpoint().GetCheckpoint(e.ctx, &nodeconfigv1.GetCheckpointRequest{Uid: a.GetUid(), ResourceVersion: a.GetResourceVersion()})
+		if err != nil {
+			t.Fatalf("revision %d assigns %s/%s, which has no checkpoint: %v", recs.GetRevision(), a.GetUid(), a.GetResourceVersion(), err)
+		}
+	}
+	for _, v := range want {
+		if !assignedSeen[v] {
+			t.Fatalf("never saw resourceVersion %s assigned (saw %v)", v, assignedSeen)
+		}
+	}
+}
+
+// "This is currently implemented as a 10-minute soak period starting when
+// the local record of Assigned config is updated." A SIGKILL of every
+// service mid-soak does not move the start: it is the durable write time.
+func TestRestartsMidSoakDoNotResetTheSoakClock(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.nodes[0]
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(6)})
+	e.waitNode(n.Name, 20*time.Second, "soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.Active) == cm.ResourceVersion && reasonIs(c, "Soaking")
+	})
+	assigned := proto.Clone(e.records(0).GetAssigned()).(*nodeconfigv1.AssignedRecord)
+
+	e.reconciler.Kill()
+	n.Statusd.Kill()
+	n.Checkpointd.Kill()
+	for _, p := range []interface{ Restart() error }{n.Checkpointd, n.Statusd} {
+		if err := p.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := proc.WaitFor(10*time.Second, func() (bool, error) {
+		_, err := n.Checkpoint().GetRecords(e.ctx, &nodeconfigv1.GetRecordsRequest{})
+		return err == nil, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.reconciler = nil
+	e.startReconciler("r1")
+
+	if got := e.records(0).GetAssigned(); !proto.Equal(got, assigned) {
+		t.Fatalf("assigned record changed across restarts:\nbefore %v\nafter  %v", assigned, got)
+	}
+	wantEnd := assigned.GetWrittenAt().AsTime().Add(6 * time.Second)
+	err := proc.WaitFor(10*time.Second, func() (bool, error) {
+		st := e.nodeState(n.Name)
+		if st.GetState() == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE {
+			return true, nil
+		}
+		if st.GetSoakEndsTime() != nil && !st.GetSoakEndsTime().AsTime().Equal(wantEnd) {
+			t.Fatalf("reconciler after restart ends the soak at %v, want %v (written_at + soak)", st.GetSoakEndsTime().AsTime(), wantEnd)
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lkg := e.records(0).GetLastKnownGood()
+	if lkg.GetWrittenAt().AsTime().Before(wantEnd) {
+		t.Fatalf("promoted at %v, before the soak ended at %v", lkg.GetWrittenAt().AsTime(), wantEnd)
+	}
+}
+
+// "If the Assigned config is Active at the end of this period, it becomes
+// the LastKnownGood" — and a config that failed during its trial never does.
+func TestConfigThatFailsDuringSoakIsNotPromoted(t *testing.T) {
+	e := newEnv(t, 1)
+	node := e.nodes[0].Name
+	first := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(30)})
+	e.waitNode(node, 20*time.Second, "soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.Active) == first.ResourceVersion && reasonIs(c, "Soaking")
+	})
+	bad := e.configMap("cfg", map[string]string{"config.yaml": badYAML})
+	e.waitNode(node, 20*time.Second, "rolled back to the local default", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.Assigned) == bad.ResourceVersion && st.Active == nil && st.LastKnownGood == nil && reasonIs(c, "RolledBack")
+	})
+	if _, ok := e.nodes[0].Target(); ok {
+		t.Fatal("target file still exists; the local default means no file")
+	}
+}
+
+// "Note that if Spec.ConfigSource is reset to nil (use local defaults), the
+// LastKnownGood is also immediately reset to nil."
+func TestNilSourceResetsLastKnownGoodImmediately(t *testing.T) {
+	e := newEnv(t, 1)
+	node := e.nodes[0].Name
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", nil)
+	e.waitNode(node, 20*time.Second, "promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.LastKnownGood) == cm.ResourceVersion
+	})
+	e.nodeConfig(e.label, map[string]any{"soakSeconds": int64(2)}, nil)
+	e.waitNode(node, 20*time.Second, "reset", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return st.Assigned == nil && st.Active == nil && st.LastKnownGood == nil && reasonIs(c, "LocalDefault")
+	})
+	if _, ok := e.nodes[0].Target(); ok {
+		t.Fatal("target file still exists after the reset")
+	}
+}
+
+// A ConfigMap edit gives a new resourceVersion: a new checkpoint and a new
+// trial, while the old last-known-good stays until the new one is promoted.
+func TestConfigMapEditStartsNewTrialKeepingOldLastKnownGood(t *testing.T) {
+	e := newEnv(t, 1)
+	node := e.nodes[0].Name
+	v1 := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(4)})
+	e.waitNode(node, 20*time.Second, "v1 promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.LastKnownGood) == v1.ResourceVersion
+	})
+	v2 := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: 90\n"})
+	e.waitNode(node, 20*time.Second, "v2 on trial, v1 still last-known-good", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.Active) == v2.ResourceVersion && rv(st.LastKnownGood) == v1.ResourceVersion && reasonIs(c, "Soaking")
+	})
+	list, err := e.nodes[0].Checkpoint().ListCheckpoints(e.ctx, &nodeconfigv1.ListCheckpointsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.GetCheckpoints()) < 2 {
+		t.Fatalf("want checkpoints of both versions, have %v", list.GetCheckpoints())
+	}
+	e.waitNode(node, 20*time.Second, "v2 promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.LastKnownGood) == v2.ResourceVersion
+	})
+}
