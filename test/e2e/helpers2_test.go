@@ -79,3 +79,23 @@ func (e *env) waitEvent(kind, name, reason string, timeout time.Duration) {
 		e.t.Fatalf("no %s event on %s %s: %v", reason, kind, name, err)
 	}
 }
+
+func unstructuredConditions(obj map[string]any) ([]metav1.Condition, bool, error) {
+	status, _ := obj["status"].(map[string]any)
+	raw, ok := status["conditions"].([]any)
+	if !ok {
+		return nil, false, nil
+	}
+	var out []metav1.Condition
+	for _, r := range raw {
+		m, _ := r.(map[string]any)
+		c := metav1.Condition{}
+		c.Type, _ = m["type"].(string)
+		s, _ := m["status"].(string)
+		c.Status = metav1.ConditionStatus(s)
+		c.Reason, _ = m["reason"].(string)
+		c.Message, _ = m["message"].(string)
+		out = append(out, c)
+	}
+	return out, true, nil
+}

@@ -55,6 +55,12 @@ func StartNode(ctx context.Context, c *cluster.Cluster, root, name string, label
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	// The hostname label, as the kubelet sets it.
+	all := map[string]string{"kubernetes.io/hostname": name}
+	for k, v := range labels {
+		all[k] = v
+	}
+	labels = all
 	_, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("create Node %s: %w", name, err)

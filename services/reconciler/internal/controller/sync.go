@@ -121,50 +121,46 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 	}
 	d.Source = &nodeconfigv1.ConfigSource{Namespace: cm.Namespace, Name: cm.Name, Uid: string(cm.UID), ResourceVersion: cm.ResourceVersion, Key: ref.Key}
 	d.Data = cm.Data
-	d.Halted, d.Admit = c.pace(nc, node.Name, d.Source)
+	d.Admit = c.pace(nc, node.Name, d.Source)
 	return d
 }
 
 // pace applies the NodeConfig's rollout limits to one node and one version.
-func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, src *nodeconfigv1.ConfigSource) (halted bool, admit func() bool) {
-	selected := c.selectedNodes(nc)
-	c.mu.Lock()
-	rolledBack := 0
-	for _, name := range selected {
-		if n := c.nodes[name]; n != nil && n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK &&
-			nodeconfigv1.SameSource(n.Records.GetAssigned().GetSource(), src) {
-			rolledBack++
-		}
-	}
-	c.mu.Unlock()
-	halted = pacing.Halted(rolledBack, pacing.MaxFailures(nc.Spec.Rollout.MaxFailures))
-	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
-	admit = func() bool {
+// The count and the reservation happen under one lock, so two workers can
+// never both take the last place in the trial.
+func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, src *nodeconfigv1.ConfigSource) func() policy.Admission {
+	return func() policy.Admission {
+		selected := c.selectedNodes(nc)
+		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		inTrial := 0
+		inTrial, rolledBack := 0, 0
 		for _, name := range selected {
 			n := c.nodes[name]
-			if name == node {
-				continue
-			}
 			if n == nil {
-				// Not seen since this reconciler started: it may be soaking.
-				// Admit nobody until every selected node has been synced once.
-				return false
+				if name == node {
+					continue
+				}
+				// Not seen since this reconciler started: it may be on trial.
+				// Admit nobody until every selected node was synced once.
+				return policy.Wait
 			}
-			if n.Admitted || n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING {
+			if n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK && nodeconfigv1.SameSource(n.Records.GetAssigned().GetSource(), src) {
+				rolledBack++
+			}
+			if name != node && (n.Admitted || n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING) {
 				inTrial++
 			}
 		}
-		if inTrial >= limit {
-			return false
+		if pacing.Halted(rolledBack, pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)) {
+			return policy.Halted
 		}
-		info := c.infoLocked(node)
-		info.Admitted = true
-		return true
+		if inTrial >= limit {
+			return policy.Wait
+		}
+		c.infoLocked(node).Admitted = true
+		return policy.Admitted
 	}
-	return halted, admit
 }
 
 func (c *Controller) selectedNodes(nc *v1alpha1.NodeConfig) []string {

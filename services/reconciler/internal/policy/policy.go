@@ -57,14 +57,25 @@ type Desired struct {
 	// key missing); Source is then nil.
 	ResolveErr *nodeconfigv1.ConfigError
 	// Admit asks fleet pacing whether this node may start a trial of a new
-	// version now; nil admits.
-	Admit func() bool
-	// Halted: this version's rollout stopped after too many rollbacks.
-	Halted bool
+	// version now; nil admits. It is asked only when a trial would start, and
+	// a yes reserves the node's place in the trial.
+	Admit func() Admission
 	// CheckDrift asks checkpointd to compare the target file with the
 	// active config (periodic reconciles).
 	CheckDrift bool
 }
+
+// Admission is fleet pacing's answer.
+type Admission int
+
+const (
+	// Admitted: start the trial now.
+	Admitted Admission = iota
+	// Wait: too many nodes are on trial; try again when one finishes.
+	Wait
+	// Halted: this version's rollout stopped after too many rollbacks.
+	Halted
+)
 
 // Event is one thing worth telling the user about.
 type Event struct {
@@ -105,11 +116,13 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 	if a != nil && nodeconfigv1.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator && a.GetSoakSeconds() == d.SoakSeconds {
 		return continueTrial(ctx, agent, recs, d, now)
 	}
-	if d.Halted {
-		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED, Records: recs}
-	}
-	if d.Admit != nil && !d.Admit() {
-		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING, Records: recs}
+	if d.Admit != nil {
+		switch d.Admit() {
+		case Halted:
+			return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED, Records: recs}
+		case Wait:
+			return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING, Records: recs}
+		}
 	}
 	return startTrial(ctx, agent, recs, d, now)
 }

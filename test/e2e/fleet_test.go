@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/proc"
+)
+
+// Fleet pacing: with maxInTrial 2, ten nodes take the new config two at a
+// time; at no moment do more than two soak.
+func TestFleetMaxInTrialNeverExceeded(t *testing.T) {
+	e := newEnv(t, 10)
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(1), "rollout": map[string]any{"maxInTrial": int64(2)}})
+	maxSoaking := 0
+	err := proc.WaitFor(90*time.Second, func() (bool, error) {
+		resp, err := e.reconciler.Client().ListNodes(e.ctx, &nodeconfigv1.ListNodesRequest{})
+		if err != nil {
+			return false, err
+		}
+		soaking, done := 0, 0
+		for _, n := range resp.GetNodes() {
+			if n.GetNodeConfig() != e.label {
+				continue
+			}
+			// Soaking per the node's own records: active, not yet LKG.
+			st := n.GetStatus()
+			if st.GetActive().GetResourceVersion() == cm.ResourceVersion && st.GetLastKnownGood().GetResourceVersion() != cm.ResourceVersion {
+				soaking++
+			}
+			if st.GetLastKnownGood().GetResourceVersion() == cm.ResourceVersion {
+				done++
+			}
+		}
+		maxSoaking = max(maxSoaking, soaking)
+		if soaking > 2 {
+			return false, fmt.Errorf("%d nodes soaking at once", soaking)
+		}
+		return done == 10, fmt.Errorf("%d of 10 promoted", done)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxSoaking > 2 {
+		t.Fatalf("saw %d nodes soaking at once, maxInTrial is 2", maxSoaking)
+	}
+	e.waitNodeConfigCondition(e.label, "Ready", metav1.ConditionTrue, "AllNodesActive", 20*time.Second)
+}
+
+// maxFailures 1: the first rollback halts the rollout of that version,
+// reported as Degraded/RolloutHalted; the other nodes are not touched.
+func TestFleetMaxFailuresHaltsAfterFirstRollback(t *testing.T) {
+	e := newEnv(t, 4)
+	e.configMap("cfg", map[string]string{"config.yaml": badYAML})
+	e.use(e.label, "cfg", map[string]any{"rollout": map[string]any{"maxInTrial": int64(1), "maxFailures": int64(1)}})
+	e.waitNodeConfigCondition(e.label, "Degraded", metav1.ConditionTrue, "RolloutHalted", 30*time.Second)
+	rolledBack := 0
+	for i, n := range e.nodes {
+		if e.records(i).GetAssigned() != nil {
+			rolledBack++
+		}
+		if st := e.nodeState(n.Name).GetState(); st != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK && st != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED {
+			t.Fatalf("node %s in state %v", n.Name, st)
+		}
+	}
+	if rolledBack != 1 {
+		t.Fatalf("%d nodes were assigned the bad config; maxFailures 1 should stop after the first", rolledBack)
+	}
+	// A fixed ConfigMap is a new version: the rollout resumes.
+	fixed := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	for _, n := range e.nodes {
+		e.waitNode(n.Name, 60*time.Second, "fixed version active", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+			return rv(st.Active) == fixed.ResourceVersion
+		})
+	}
+}
+
+func (e *env) waitNodeConfigCondition(name, typ string, status metav1.ConditionStatus, reason string, timeout time.Duration) {
+	e.t.Helper()
+	var last any
+	err := proc.WaitFor(timeout, func() (bool, error) {
+		obj, err := e.dyn.Resource(nodeConfigs).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = obj.Object["status"]
+		conds, _, _ := unstructuredConditions(obj.Object)
+		c := meta.FindStatusCondition(conds, typ)
+		return c != nil && c.Status == status && c.Reason == reason, nil
+	})
+	if err != nil {
+		e.t.Fatalf("NodeConfig %s: no %s=%s/%s: %v (status %v)", name, typ, status, reason, err, last)
+	}
+}

@@ -1,0 +1,118 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/sim"
+)
+
+// Seed 002: a periodic reconcile on a jittered interval repairs drift of
+// the materialized file, and says so with an event.
+func TestPeriodicReconcileRepairsDrift(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.nodes[0]
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.nodeConfig(e.label, map[string]any{
+		"source":      map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}},
+		"soakSeconds": int64(1),
+	}, map[string]string{"nodeconfig.io/reconcile-interval-in-seconds": "1"})
+	e.waitNode(n.Name, 20*time.Second, "promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.LastKnownGood) == cm.ResourceVersion
+	})
+	st := e.waitState(n.Name, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE)
+	if st.GetNextReconcileTime() == nil {
+		t.Fatal("no next reconcile time with a 1s interval")
+	}
+	if left := time.Until(st.GetNextReconcileTime().AsTime()); left > 1500*time.Millisecond {
+		t.Fatalf("next reconcile in %v, beyond 1.5x the 1s interval", left)
+	}
+	path := filepath.Join(n.TargetDir, sim.TargetFile)
+	if err := os.WriteFile(path, []byte("tampered: true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := proc.WaitFor(15*time.Second, func() (bool, error) {
+		got, _ := n.Target()
+		return got == goodYAML, nil
+	})
+	if err != nil {
+		t.Fatalf("drift not repaired: %v", err)
+	}
+	e.waitEvent("Node", n.Name, "DriftCorrected", 10*time.Second)
+}
+
+// Seed 002: an interval of 0 stops periodic reconciles once the node is up
+// to date, but a spec change still reconciles.
+func TestReconcileIntervalZeroStopsPeriodicButSpecChangeReconciles(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.nodes[0]
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	zero := map[string]string{"nodeconfig.io/reconcile-interval-in-seconds": "0"}
+	src := map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}}
+	e.nodeConfig(e.label, map[string]any{"source": src, "soakSeconds": int64(1)}, zero)
+	e.waitNode(n.Name, 20*time.Second, "promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.LastKnownGood) == cm.ResourceVersion
+	})
+	st := e.waitState(n.Name, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE)
+	if st.GetNextReconcileTime() != nil {
+		t.Fatalf("next reconcile at %v with interval 0; want none", st.GetNextReconcileTime().AsTime())
+	}
+	// A spec change (validator) is a new assignment and reconciles at once.
+	e.nodeConfig(e.label, map[string]any{"source": src, "soakSeconds": int64(1), "validator": "none"}, zero)
+	err := proc.WaitFor(20*time.Second, func() (bool, error) {
+		return e.records(0).GetAssigned().GetValidator() == nodeconfigv1.Validator_VALIDATOR_NONE, nil
+	})
+	if err != nil {
+		t.Fatalf("spec change not reconciled: %v", err)
+	}
+}
+
+// The NodeConfig annotation nodeconfig.io/deletion-policy: abandon keeps
+// nodes on their config when the NodeConfig is deleted; without it they
+// are reset to their local defaults.
+func TestDeletionPolicyAbandonKeepsConfigDefaultResets(t *testing.T) {
+	e := newEnv(t, 2)
+	kept, reset := e.nodes[0], e.nodes[1]
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	src := map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}}
+	e.nodeConfig("abandon-"+e.label, map[string]any{
+		"source": src, "soakSeconds": int64(1),
+		"nodeSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/hostname": kept.Name}},
+	}, map[string]string{"nodeconfig.io/deletion-policy": "abandon"})
+	e.nodeConfig("reset-"+e.label, map[string]any{
+		"source": src, "soakSeconds": int64(1),
+		"nodeSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/hostname": reset.Name}},
+	}, nil)
+	for _, n := range e.nodes {
+		e.waitNode(n.Name, 20*time.Second, "promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+			return rv(st.LastKnownGood) == cm.ResourceVersion
+		})
+	}
+	e.deleteNodeConfigAndWait("abandon-" + e.label)
+	e.deleteNodeConfigAndWait("reset-" + e.label)
+	e.waitNode(reset.Name, 20*time.Second, "reset", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return st.Assigned == nil && st.LastKnownGood == nil && reasonIs(c, "LocalDefault")
+	})
+	// The abandoned node's reconciles after the deletion leave it alone.
+	if _, err := e.reconciler.Client().Resync(e.ctx, &nodeconfigv1.ResyncRequest{NodeName: kept.Name}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(kept.Name, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE)
+	st, _, err := e.status(kept.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rv(st.Active) != cm.ResourceVersion || rv(st.LastKnownGood) != cm.ResourceVersion {
+		t.Fatalf("abandoned node changed: %+v", st)
+	}
+	if got, _ := kept.Target(); got != goodYAML {
+		t.Fatalf("abandoned node's target = %q", got)
+	}
+}
+
