@@ -20,7 +20,7 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
 TOOLS    := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl
 TESTBIN  := $(BIN)/kube-apiserver $(BIN)/etcd
 SERVICES := checkpointd statusd reconciler
-PACKAGES := ./proto/... ./services/... ./test/...
+PACKAGES := nodeconfig.io/...
 
 # Every test package's integration tests share one API server per package.
 TEST_FLAGS ?= -count=1 -timeout 30m
@@ -65,7 +65,7 @@ test: lint build testbin ## lint, then every unit and integration test
 	go test $(TEST_FLAGS) $(PACKAGES)
 
 bench: build testbin ## the performance figures (see docs/performance.md)
-	go test -run '^$$' -bench . -benchtime $(BENCHTIME) ./services/...
+	go test -run '^$$' -bench . -benchtime $(BENCHTIME) nodeconfig.io/services/...
 
 fuzz: ## fuzz each target for FUZZTIME (default 30s)
 	@hack/fuzz.sh $(FUZZTIME)
