@@ -1,0 +1,293 @@
+package lifecycle
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/materialize"
+	"nodeconfig.io/services/checkpointd/internal/store"
+)
+
+type fixture struct {
+	svc    *Service
+	store  *store.Store
+	target materialize.Target
+	dir    string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "c.db"), store.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	target := materialize.Target{Dir: filepath.Join(dir, "target"), Name: "config.yaml"}
+	return &fixture{svc: New(Options{Store: st, Target: target}), store: st, target: target, dir: dir}
+}
+
+var ctx = context.Background()
+
+func src(rv string) *nodeconfigv1.ConfigSource {
+	return &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "uid-1", ResourceVersion: rv, Key: "config.yaml"}
+}
+
+func (f *fixture) put(t *testing.T, rv, content string) {
+	t.Helper()
+	if _, err := f.svc.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src(rv), Data: map[string]string{"config.yaml": content}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assign puts, assigns and activates one version, returning the outcome.
+func (f *fixture) assign(t *testing.T, rv, content string) nodeconfigv1.ActivateOutcome {
+	t.Helper()
+	f.put(t, rv, content)
+	if _, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src(rv), SoakSeconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.svc.Activate(ctx, &nodeconfigv1.ActivateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetOutcome()
+}
+
+func (f *fixture) records(t *testing.T) *nodeconfigv1.Records {
+	t.Helper()
+	resp, err := f.svc.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetRecords()
+}
+
+func (f *fixture) targetContent(t *testing.T) (string, bool) {
+	t.Helper()
+	b, err := os.ReadFile(f.target.Path())
+	if os.IsNotExist(err) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), true
+}
+
+func wantCode(t *testing.T, err error, code codes.Code, contains string) {
+	t.Helper()
+	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), contains) {
+		t.Fatalf("err = %v, want %v containing %q", err, code, contains)
+	}
+}
+
+func TestPutCheckpointRejectsBadInput(t *testing.T) {
+	f := newFixture(t)
+	big := strings.Repeat("x", 1<<20+1)
+	cases := map[string]struct {
+		req      *nodeconfigv1.PutCheckpointRequest
+		contains string
+	}{
+		"no source":         {&nodeconfigv1.PutCheckpointRequest{Data: map[string]string{"a": "b"}}, "source is required"},
+		"empty uid":         {&nodeconfigv1.PutCheckpointRequest{Source: &nodeconfigv1.ConfigSource{ResourceVersion: "1"}, Data: map[string]string{"a": "b"}}, "empty UID is ambiguous"},
+		"empty rv":          {&nodeconfigv1.PutCheckpointRequest{Source: &nodeconfigv1.ConfigSource{Uid: "u"}, Data: map[string]string{"a": "b"}}, "resource_version is empty"},
+		"slash in uid":      {&nodeconfigv1.PutCheckpointRequest{Source: &nodeconfigv1.ConfigSource{Uid: "a/b", ResourceVersion: "1"}, Data: map[string]string{"a": "b"}}, "without '/'"},
+		"path separator":    {&nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": "x", "../etc/passwd": "x"}}, "not a valid ConfigMap key"},
+		"dot dot":           {&nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": "x", "..": "x"}}, "not a valid ConfigMap key"},
+		"long key":          {&nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": "x", strings.Repeat("k", 254): "x"}}, "not a valid ConfigMap key"},
+		"over 1 MiB":        {&nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": big}}, "1 MiB"},
+		"named key missing": {&nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"other": "x"}}, `no key "config.yaml"`},
+		"no data":           {&nodeconfigv1.PutCheckpointRequest{Source: src("1")}, "data is empty"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := f.svc.PutCheckpoint(ctx, tc.req)
+			wantCode(t, err, codes.InvalidArgument, tc.contains)
+		})
+	}
+	list, _ := f.svc.ListCheckpoints(ctx, &nodeconfigv1.ListCheckpointsRequest{})
+	if len(list.GetCheckpoints()) != 0 {
+		t.Fatalf("bad input stored something: %v", list.GetCheckpoints())
+	}
+}
+
+func TestPutCheckpointSameVersionOtherContentIsAlreadyExists(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "1", "a: 1\n")
+	resp, err := f.svc.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": "a: 1\n"}})
+	if err != nil || resp.GetCreated() {
+		t.Fatalf("same content: created=%v err=%v", resp.GetCreated(), err)
+	}
+	_, err = f.svc.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": "a: 2\n"}})
+	wantCode(t, err, codes.AlreadyExists, "different payload")
+}
+
+func TestSetAssignedNeedsCheckpointAndKeepsSoakClockOnRepeat(t *testing.T) {
+	f := newFixture(t)
+	_, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1")})
+	wantCode(t, err, codes.FailedPrecondition, "PutCheckpoint first")
+	f.put(t, "1", "a: 1\n")
+	other := src("1")
+	other.Key = "missing"
+	_, err = f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: other})
+	wantCode(t, err, codes.FailedPrecondition, "no key")
+	_, err = f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1"), SoakSeconds: -1})
+	wantCode(t, err, codes.InvalidArgument, "soak_seconds")
+
+	first, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := first.GetRecords().GetAssigned(); a.GetSoakSeconds() != DefaultSoakSeconds || a.GetValidator() != nodeconfigv1.Validator_VALIDATOR_YAML {
+		t.Fatalf("defaults not applied: %v", a)
+	}
+	again, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.GetRecords().GetAssigned().GetWrittenAt().AsTime().Equal(first.GetRecords().GetAssigned().GetWrittenAt().AsTime()) ||
+		again.GetRecords().GetRevision() != first.GetRecords().GetRevision() {
+		t.Fatal("assigning the same config again rewrote the record (and would reset the soak clock)")
+	}
+}
+
+func TestActivateWritesTargetThenRecordsActive(t *testing.T) {
+	f := newFixture(t)
+	if got := f.assign(t, "1", "a: 1\n"); got != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED {
+		t.Fatalf("outcome %v", got)
+	}
+	recs := f.records(t)
+	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) || recs.GetError() != nil {
+		t.Fatalf("records after activation: %v", recs)
+	}
+	if got, ok := f.targetContent(t); !ok || got != "a: 1\n" {
+		t.Fatalf("target = %q, %v", got, ok)
+	}
+}
+
+func TestLateErrorRollsBackToLastKnownGoodAndRecordsError(t *testing.T) {
+	f := newFixture(t)
+	f.assign(t, "1", "a: 1\n")
+	if _, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src("1")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.assign(t, "2", "a: [1\n"); got != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK {
+		t.Fatalf("outcome %v, want ROLLED_BACK", got)
+	}
+	recs := f.records(t)
+	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) {
+		t.Fatalf("active = %v, want last-known-good", recs.GetActive())
+	}
+	e := recs.GetError().GetError()
+	if e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE || e.GetReason() != "ValidationFailed" || !strings.Contains(e.GetMessage(), "line") {
+		t.Fatalf("error = %v, want a late ValidationFailed naming the line", e)
+	}
+	if got, _ := f.targetContent(t); got != "a: 1\n" {
+		t.Fatalf("target = %q, want the last-known-good payload", got)
+	}
+	_, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src("2")})
+	wantCode(t, err, codes.FailedPrecondition, "not active")
+	// A good new assignment clears the error.
+	f.assign(t, "3", "a: 3\n")
+	if recs := f.records(t); recs.GetError() != nil {
+		t.Fatalf("error not cleared by a successful activation: %v", recs.GetError())
+	}
+}
+
+func TestLateErrorWithoutLastKnownGoodRemovesTarget(t *testing.T) {
+	f := newFixture(t)
+	if got := f.assign(t, "1", "{"); got != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK {
+		t.Fatalf("outcome %v", got)
+	}
+	if _, ok := f.targetContent(t); ok {
+		t.Fatal("target exists; the local default means no file")
+	}
+	if recs := f.records(t); recs.GetActive() != nil {
+		t.Fatalf("active = %v, want nil (local default)", recs.GetActive())
+	}
+}
+
+func TestSetErrorAcceptsOnlyEarlyErrors(t *testing.T) {
+	f := newFixture(t)
+	_, err := f.svc.SetError(ctx, &nodeconfigv1.SetErrorRequest{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "X", Message: "m"}})
+	wantCode(t, err, codes.InvalidArgument, "only early errors")
+	_, err = f.svc.SetError(ctx, &nodeconfigv1.SetErrorRequest{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: "not camel", Message: "m"}})
+	wantCode(t, err, codes.InvalidArgument, "CamelCase")
+	resp, err := f.svc.SetError(ctx, &nodeconfigv1.SetErrorRequest{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: "DownloadFailed", Message: "no ConfigMap"}})
+	if err != nil || resp.GetRecords().GetError().GetError().GetReason() != "DownloadFailed" {
+		t.Fatalf("%v %v", resp, err)
+	}
+	resp, err = f.svc.SetError(ctx, &nodeconfigv1.SetErrorRequest{})
+	if err != nil || resp.GetRecords().GetError() != nil {
+		t.Fatalf("clear: %v %v", resp, err)
+	}
+}
+
+func TestResetClearsEverythingAndRemovesTarget(t *testing.T) {
+	f := newFixture(t)
+	f.assign(t, "1", "a: 1\n")
+	if _, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src("1")}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resp.GetRecords()
+	if r.GetAssigned() != nil || r.GetActive() != nil || r.GetLastKnownGood() != nil || r.GetError() != nil {
+		t.Fatalf("records after reset: %v", r)
+	}
+	if _, ok := f.targetContent(t); ok {
+		t.Fatal("target still exists after reset")
+	}
+}
+
+func TestDeleteCheckpointRefusesReferenced(t *testing.T) {
+	f := newFixture(t)
+	f.assign(t, "1", "a: 1\n")
+	_, err := f.svc.DeleteCheckpoint(ctx, &nodeconfigv1.DeleteCheckpointRequest{Uid: "uid-1", ResourceVersion: "1"})
+	wantCode(t, err, codes.FailedPrecondition, "referenced")
+	f.put(t, "2", "a: 2\n")
+	if _, err := f.svc.DeleteCheckpoint(ctx, &nodeconfigv1.DeleteCheckpointRequest{Uid: "uid-1", ResourceVersion: "2"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.svc.GetCheckpoint(ctx, &nodeconfigv1.GetCheckpointRequest{Uid: "uid-1", ResourceVersion: "2"})
+	wantCode(t, err, codes.NotFound, "not found")
+}
+
+func TestRecoverRepairsDriftAndFinishesInterruptedActivation(t *testing.T) {
+	f := newFixture(t)
+	f.assign(t, "1", "a: 1\n")
+	if err := os.WriteFile(f.target.Path(), []byte("tampered"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.svc.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := f.targetContent(t); got != "a: 1\n" {
+		t.Fatalf("drift not repaired: %q", got)
+	}
+	// A crash between SetAssigned and Activate: start finishes the activation.
+	f.put(t, "2", "a: 2\n")
+	if _, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("2")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.svc.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	if recs := f.records(t); !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("2")) {
+		t.Fatalf("active after recover = %v, want the assigned config", recs.GetActive())
+	}
+	resp, err := f.svc.RepairDrift(ctx, &nodeconfigv1.RepairDriftRequest{})
+	if err != nil || resp.GetRepaired() {
+		t.Fatalf("no drift expected: %v %v", resp, err)
+	}
+}
