@@ -216,4 +216,6 @@ func rv(src *corev1.NodeConfigSource) string {
 	return src.ConfigMap.ResourceVersion
 }
 
-func reasonIs(cond *corev1.NodeCondition, reason string) bool { return cond != nil && cond.Reason == reason }
+func reasonIs(cond *corev1.NodeCondition, reason string) bool {
+	return cond != nil && cond.Reason == reason
+}

@@ -115,4 +115,3 @@ func TestDeletionPolicyAbandonKeepsConfigDefaultResets(t *testing.T) {
 		t.Fatalf("abandoned node's target = %q", got)
 	}
 }
-

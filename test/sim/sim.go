@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	corev1 "k8s.io/api/core/v1"
@@ -100,7 +101,7 @@ func StartNode(ctx context.Context, c *cluster.Cluster, root, name string, label
 		n.Stop()
 		return nil, fmt.Errorf("checkpointd of %s: %w\n%s", name, err, n.Checkpointd.Tail(2000))
 	}
-	if n.conn, err = grpc.NewClient("unix://"+n.Socket, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	if n.conn, err = Dial("unix://" + n.Socket); err != nil {
 		n.Stop()
 		return nil, err
 	}
@@ -169,7 +170,7 @@ func StartReconciler(ctx context.Context, c *cluster.Cluster, root, identity str
 		_ = p.Stop(5 * time.Second)
 		return nil, fmt.Errorf("reconciler: %w\n%s", err, p.Tail(2000))
 	}
-	if r.conn, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	if r.conn, err = Dial(addr); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -195,9 +196,19 @@ func EnsureNamespace(ctx context.Context, c *cluster.Cluster, name string) error
 	return nil
 }
 
+// Dial connects to a test server with a short reconnect backoff: the
+// default (1 s and growing) would make every restart in a test slow.
+func Dial(target string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 10 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
+			MinConnectTimeout: time.Second,
+		}))
+}
+
 // WaitServing waits for grpc.health.v1 to answer SERVING at target.
 func WaitServing(target string, timeout time.Duration) error {
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := Dial(target)
 	if err != nil {
 		return err
 	}
