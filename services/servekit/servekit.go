@@ -190,6 +190,10 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 // listenUnix listens on path with mode 0600, replacing a stale socket left
 // by a killed process but never a file of another kind.
 func listenUnix(path string) (net.Listener, error) {
+	// sun_path holds 108 bytes including the terminating NUL.
+	if len(path) > 107 {
+		return nil, fmt.Errorf("--socket %s is %d bytes long; unix socket paths must be at most 107", path, len(path))
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create socket directory: %w", err)
 	}

@@ -1,0 +1,118 @@
+package setters
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+)
+
+func src(rv string) *nodeconfigv1.ConfigSource {
+	return &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: rv, Key: "k"}
+}
+
+func records(r *nodeconfigv1.Records) RecordsFunc {
+	return func() (*nodeconfigv1.Records, error) { return r, nil }
+}
+
+func TestReadyConditionOneReasonPerState(t *testing.T) {
+	written := timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	late := &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "ValidationFailed", Message: "bad yaml at line 2"}}
+	early := &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: "DownloadFailed", Message: "ConfigMap ns/cm not found"}}
+	for _, tc := range []struct {
+		name     string
+		recs     RecordsFunc
+		status   metav1.ConditionStatus
+		reason   string
+		contains string
+	}{
+		{"nothing assigned", records(&nodeconfigv1.Records{}), metav1.ConditionTrue, ReasonLocalDefault, "local default"},
+		{"soaking", records(&nodeconfigv1.Records{
+			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
+			Active:   &nodeconfigv1.SourceRecord{Source: src("1")},
+		}), metav1.ConditionTrue, ReasonSoaking, "until 2026-01-01T00:10:00Z"},
+		{"active", records(&nodeconfigv1.Records{
+			Assigned:      &nodeconfigv1.AssignedRecord{Source: src("1")},
+			Active:        &nodeconfigv1.SourceRecord{Source: src("1")},
+			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
+		}), metav1.ConditionTrue, ReasonActive, "last-known-good"},
+		{"rolled back", records(&nodeconfigv1.Records{
+			Assigned: &nodeconfigv1.AssignedRecord{Source: src("2")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
+			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")}, Error: late,
+		}), metav1.ConditionFalse, ReasonRolledBack, "bad yaml at line 2"},
+		{"early error", records(&nodeconfigv1.Records{Error: early}), metav1.ConditionFalse, "DownloadFailed", "not found"},
+		{"activating", records(&nodeconfigv1.Records{Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}}), metav1.ConditionUnknown, ReasonActivating, "about to be activated"},
+		{"checkpointd down", func() (*nodeconfigv1.Records, error) { return nil, errors.New("connection refused") }, metav1.ConditionUnknown, ReasonCheckpointdUnavailable, "connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ReadyCondition(tc.recs)
+			if c.Status != tc.status || c.Reason != tc.reason || c.Message == "" || !strings.Contains(c.Message, tc.contains) {
+				t.Fatalf("got %s/%s %q, want %s/%s containing %q", c.Status, c.Reason, c.Message, tc.status, tc.reason, tc.contains)
+			}
+		})
+	}
+}
+
+func TestConfigStatusAnnotationHasCoreShape(t *testing.T) {
+	node := &corev1.Node{}
+	recs := &nodeconfigv1.Records{
+		Assigned: &nodeconfigv1.AssignedRecord{Source: src("2")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
+		Error: &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Message: "boom"}},
+	}
+	if err := ConfigStatus(records(recs))(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	var st corev1.NodeConfigStatus
+	if err := json.Unmarshal([]byte(node.Annotations[ConfigStatusAnnotation]), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Assigned.ConfigMap.ResourceVersion != "2" || st.Active.ConfigMap.KubeletConfigKey != "k" || st.LastKnownGood != nil || st.Error != "boom" {
+		t.Fatalf("annotation = %s", node.Annotations[ConfigStatusAnnotation])
+	}
+	// Unreachable checkpointd: the last reported status stays.
+	before := node.Annotations[ConfigStatusAnnotation]
+	_ = ConfigStatus(func() (*nodeconfigv1.Records, error) { return nil, errors.New("down") })(context.Background(), node)
+	if node.Annotations[ConfigStatusAnnotation] != before {
+		t.Fatal("annotation changed while checkpointd was unreachable")
+	}
+}
+
+func TestSetConditionMovesTransitionTimeOnlyOnStatusChange(t *testing.T) {
+	old := metav1.NewTime(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))
+	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: "Other", Status: corev1.ConditionTrue, Reason: "Theirs"},
+		{Type: ConditionNodeConfig, Status: corev1.ConditionTrue, Reason: ReasonSoaking, Message: "a", LastTransitionTime: old},
+	}}}
+	SetCondition(node, metav1.Condition{Type: ConditionNodeConfig, Status: metav1.ConditionTrue, Reason: ReasonActive, Message: "b"})
+	if c := node.Status.Conditions[1]; !c.LastTransitionTime.Equal(&old) || c.Reason != ReasonActive {
+		t.Fatalf("same status moved the transition time or lost the reason: %+v", c)
+	}
+	SetCondition(node, metav1.Condition{Type: ConditionNodeConfig, Status: metav1.ConditionFalse, Reason: ReasonRolledBack, Message: "c"})
+	if c := node.Status.Conditions[1]; c.LastTransitionTime.Equal(&old) || !c.LastHeartbeatTime.IsZero() {
+		t.Fatalf("status change kept the old transition time or wrote a heartbeat: %+v", c)
+	}
+	if node.Status.Conditions[0].Reason != "Theirs" || len(node.Status.Conditions) != 2 {
+		t.Fatalf("another component's condition was touched: %+v", node.Status.Conditions)
+	}
+}
+
+func TestReportedSetterAppliesAndRemovesDroppedTypes(t *testing.T) {
+	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: "GPUHealthy", Status: corev1.ConditionTrue}}}}
+	set := Reported(func() ([]metav1.Condition, []string) {
+		return []metav1.Condition{{Type: "KernelOK", Status: metav1.ConditionTrue, Reason: "Checked", Message: "m"}}, []string{"GPUHealthy"}
+	})
+	if err := set(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	if len(node.Status.Conditions) != 1 || node.Status.Conditions[0].Type != "KernelOK" {
+		t.Fatalf("conditions = %+v", node.Status.Conditions)
+	}
+}
