@@ -1,0 +1,294 @@
+package policy
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+)
+
+// fakeAgent is an in-memory checkpointd with switches for failures.
+type fakeAgent struct {
+	nodeconfigv1.CheckpointServiceClient
+	now         time.Time
+	recs        *nodeconfigv1.Records
+	checkpoints map[string]bool
+	calls       []string
+
+	down, putFails, lateError, drift bool
+}
+
+func newFake(now time.Time) *fakeAgent {
+	return &fakeAgent{now: now, recs: &nodeconfigv1.Records{}, checkpoints: map[string]bool{}}
+}
+
+var errDown = status.Error(codes.Unavailable, "connection refused")
+
+func (f *fakeAgent) call(name string) error {
+	f.calls = append(f.calls, name)
+	if f.down {
+		return errDown
+	}
+	return nil
+}
+
+func (f *fakeAgent) out() *nodeconfigv1.Records { return proto.Clone(f.recs).(*nodeconfigv1.Records) }
+
+func (f *fakeAgent) GetRecords(context.Context, *nodeconfigv1.GetRecordsRequest, ...grpc.CallOption) (*nodeconfigv1.GetRecordsResponse, error) {
+	if err := f.call("GetRecords"); err != nil {
+		return nil, err
+	}
+	return &nodeconfigv1.GetRecordsResponse{Records: f.out()}, nil
+}
+
+func (f *fakeAgent) GetCheckpoint(_ context.Context, r *nodeconfigv1.GetCheckpointRequest, _ ...grpc.CallOption) (*nodeconfigv1.GetCheckpointResponse, error) {
+	if err := f.call("GetCheckpoint"); err != nil {
+		return nil, err
+	}
+	if !f.checkpoints[r.GetUid()+"/"+r.GetResourceVersion()] {
+		return nil, status.Error(codes.NotFound, "not found")
+	}
+	return &nodeconfigv1.GetCheckpointResponse{}, nil
+}
+
+func (f *fakeAgent) PutCheckpoint(_ context.Context, r *nodeconfigv1.PutCheckpointRequest, _ ...grpc.CallOption) (*nodeconfigv1.PutCheckpointResponse, error) {
+	if err := f.call("PutCheckpoint"); err != nil {
+		return nil, err
+	}
+	if f.putFails {
+		return nil, status.Error(codes.Internal, "no space left on device")
+	}
+	f.checkpoints[r.GetSource().GetUid()+"/"+r.GetSource().GetResourceVersion()] = true
+	return &nodeconfigv1.PutCheckpointResponse{Created: true}, nil
+}
+
+func (f *fakeAgent) SetAssigned(_ context.Context, r *nodeconfigv1.SetAssignedRequest, _ ...grpc.CallOption) (*nodeconfigv1.SetAssignedResponse, error) {
+	if err := f.call("SetAssigned"); err != nil {
+		return nil, err
+	}
+	if !f.checkpoints[r.GetSource().GetUid()+"/"+r.GetSource().GetResourceVersion()] {
+		return nil, status.Error(codes.FailedPrecondition, "no checkpoint")
+	}
+	f.recs.Assigned = &nodeconfigv1.AssignedRecord{Source: r.GetSource(), SoakSeconds: r.GetSoakSeconds(), Validator: r.GetValidator(), WrittenAt: timestamppb.New(f.now)}
+	f.recs.Error = nil
+	return &nodeconfigv1.SetAssignedResponse{Records: f.out()}, nil
+}
+
+func (f *fakeAgent) Activate(context.Context, *nodeconfigv1.ActivateRequest, ...grpc.CallOption) (*nodeconfigv1.ActivateResponse, error) {
+	if err := f.call("Activate"); err != nil {
+		return nil, err
+	}
+	if f.lateError {
+		f.recs.Active = f.recs.GetLastKnownGood()
+		f.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "ValidationFailed", Message: "bad"}}
+		return &nodeconfigv1.ActivateResponse{Outcome: nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, Records: f.out()}, nil
+	}
+	f.recs.Active = &nodeconfigv1.SourceRecord{Source: f.recs.GetAssigned().GetSource()}
+	f.recs.Error = nil
+	return &nodeconfigv1.ActivateResponse{Outcome: nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED, Records: f.out()}, nil
+}
+
+func (f *fakeAgent) PromoteLastKnownGood(_ context.Context, r *nodeconfigv1.PromoteLastKnownGoodRequest, _ ...grpc.CallOption) (*nodeconfigv1.PromoteLastKnownGoodResponse, error) {
+	if err := f.call("Promote"); err != nil {
+		return nil, err
+	}
+	f.recs.LastKnownGood = &nodeconfigv1.SourceRecord{Source: r.GetSource()}
+	return &nodeconfigv1.PromoteLastKnownGoodResponse{Records: f.out()}, nil
+}
+
+func (f *fakeAgent) SetError(_ context.Context, r *nodeconfigv1.SetErrorRequest, _ ...grpc.CallOption) (*nodeconfigv1.SetErrorResponse, error) {
+	if err := f.call("SetError"); err != nil {
+		return nil, err
+	}
+	if r.GetError() == nil {
+		f.recs.Error = nil
+	} else {
+		f.recs.Error = &nodeconfigv1.ErrorRecord{Error: r.GetError()}
+	}
+	return &nodeconfigv1.SetErrorResponse{Records: f.out()}, nil
+}
+
+func (f *fakeAgent) Reset(context.Context, *nodeconfigv1.ResetRequest, ...grpc.CallOption) (*nodeconfigv1.ResetResponse, error) {
+	if err := f.call("Reset"); err != nil {
+		return nil, err
+	}
+	f.recs = &nodeconfigv1.Records{}
+	return &nodeconfigv1.ResetResponse{Records: f.out()}, nil
+}
+
+func (f *fakeAgent) RepairDrift(context.Context, *nodeconfigv1.RepairDriftRequest, ...grpc.CallOption) (*nodeconfigv1.RepairDriftResponse, error) {
+	if err := f.call("RepairDrift"); err != nil {
+		return nil, err
+	}
+	repaired := f.drift
+	f.drift = false
+	return &nodeconfigv1.RepairDriftResponse{Repaired: repaired}, nil
+}
+
+var t0 = time.Date(2026, 11, 22, 0, 0, 0, 0, time.UTC)
+
+func src(rv string) *nodeconfigv1.ConfigSource {
+	return &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: rv, Key: "k"}
+}
+
+func use(rv string) Desired {
+	return Desired{Mode: ModeUse, Source: src(rv), Data: map[string]string{"k": "v"}, Validator: nodeconfigv1.Validator_VALIDATOR_YAML, SoakSeconds: 600, CheckDrift: true}
+}
+
+func hasEvent(r Result, reason string) bool {
+	for _, e := range r.Events {
+		if e.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
+func TestNewAssignmentCheckpointsAssignsActivatesAndWaitsForSoak(t *testing.T) {
+	f := newFake(t0)
+	r := Sync(context.Background(), f, use("1"), t0)
+	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != 600*time.Second {
+		t.Fatalf("result %+v", r)
+	}
+	want := []string{"GetRecords", "GetCheckpoint", "PutCheckpoint", "SetAssigned", "Activate"}
+	if len(f.calls) != len(want) {
+		t.Fatalf("calls %v, want %v", f.calls, want)
+	}
+	for i := range want {
+		if f.calls[i] != want[i] {
+			t.Fatalf("calls %v, want %v (checkpoint before assign)", f.calls, want)
+		}
+	}
+	if !hasEvent(r, EventAssigned) || !hasEvent(r, EventActivated) {
+		t.Fatalf("events %v", r.Events)
+	}
+}
+
+func TestSoakEndPromotesOnlyAtTheDurableEnd(t *testing.T) {
+	f := newFake(t0)
+	Sync(context.Background(), f, use("1"), t0)
+	r := Sync(context.Background(), f, use("1"), t0.Add(599*time.Second))
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != time.Second || f.recs.LastKnownGood != nil {
+		t.Fatalf("before the end: %+v", r)
+	}
+	r = Sync(context.Background(), f, use("1"), t0.Add(600*time.Second))
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || !hasEvent(r, EventPromoted) || !nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) {
+		t.Fatalf("at the end: %+v", r)
+	}
+	// Steady state: one drift check, no writes.
+	f.calls = nil
+	r = Sync(context.Background(), f, use("1"), t0.Add(time.Hour))
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || len(f.calls) != 2 || hasEvent(r, EventPromoted) {
+		t.Fatalf("steady state: %+v calls %v", r, f.calls)
+	}
+}
+
+func TestLateErrorRollsBackAndIsNotRetried(t *testing.T) {
+	f := newFake(t0)
+	f.lateError = true
+	r := Sync(context.Background(), f, use("1"), t0)
+	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || !hasEvent(r, EventRolledBack) {
+		t.Fatalf("result %+v", r)
+	}
+	f.calls = nil
+	r = Sync(context.Background(), f, use("1"), t0.Add(time.Minute))
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || len(f.calls) != 1 {
+		t.Fatalf("retried a late error: %+v calls %v", r, f.calls)
+	}
+	// A new version is a new try.
+	f.lateError = false
+	r = Sync(context.Background(), f, use("2"), t0.Add(2*time.Minute))
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING {
+		t.Fatalf("new version: %+v", r)
+	}
+}
+
+func TestEarlyErrorsRecordAndRetryWithoutRollback(t *testing.T) {
+	f := newFake(t0)
+	Sync(context.Background(), f, use("1"), t0)
+	Sync(context.Background(), f, use("1"), t0.Add(time.Hour)) // promoted
+	// ConfigMap gone: a resolve error.
+	d := Desired{Mode: ModeUse, ResolveErr: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonDownloadFailed, Message: "ConfigMap ns/cm not found"}}
+	r := Sync(context.Background(), f, d, t0.Add(2*time.Hour))
+	if r.Err == nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING || f.recs.GetError().GetError().GetReason() != ReasonDownloadFailed {
+		t.Fatalf("resolve error: %+v", r)
+	}
+	if !nodeconfigv1.SameSource(f.recs.GetActive().GetSource(), src("1")) {
+		t.Fatal("an early error rolled back")
+	}
+	// Checkpoint write fails.
+	f.putFails = true
+	r = Sync(context.Background(), f, use("2"), t0.Add(3*time.Hour))
+	if r.Err == nil || f.recs.GetError().GetError().GetReason() != ReasonCheckpointFailed || !nodeconfigv1.SameSource(f.recs.GetAssigned().GetSource(), src("1")) {
+		t.Fatalf("checkpoint failure: %+v records %v", r, f.recs)
+	}
+	// Agent down.
+	f.down = true
+	r = Sync(context.Background(), f, use("2"), t0.Add(4*time.Hour))
+	if r.Err == nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING {
+		t.Fatalf("agent down: %+v", r)
+	}
+	// Heals.
+	f.down, f.putFails = false, false
+	r = Sync(context.Background(), f, use("2"), t0.Add(5*time.Hour))
+	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || f.recs.GetError() != nil {
+		t.Fatalf("healed: %+v", r)
+	}
+}
+
+func TestResetLeaveAndPacing(t *testing.T) {
+	f := newFake(t0)
+	Sync(context.Background(), f, use("1"), t0)
+	r := Sync(context.Background(), f, Desired{Mode: ModeLeave}, t0)
+	if len(f.calls) != 6 || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING {
+		t.Fatalf("leave touched the node: %v", f.calls)
+	}
+	r = Sync(context.Background(), f, Desired{Mode: ModeReset}, t0)
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT || f.recs.GetAssigned() != nil || f.recs.GetLastKnownGood() != nil {
+		t.Fatalf("reset: %+v", r)
+	}
+	f.calls = nil
+	Sync(context.Background(), f, Desired{Mode: ModeReset}, t0)
+	if len(f.calls) != 1 {
+		t.Fatalf("reset of an empty node wrote: %v", f.calls)
+	}
+	for admission, want := range map[Admission]nodeconfigv1.LifecycleState{
+		Wait:   nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING,
+		Halted: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED,
+	} {
+		d := use("3")
+		d.Admit = func() Admission { return admission }
+		f.calls = nil
+		r := Sync(context.Background(), f, d, t0)
+		if r.State != want || len(f.calls) != 1 {
+			t.Fatalf("admission %v: %+v calls %v", admission, r, f.calls)
+		}
+	}
+}
+
+func TestDriftIsRepairedAndEvented(t *testing.T) {
+	f := newFake(t0)
+	Sync(context.Background(), f, use("1"), t0)
+	f.drift = true
+	r := Sync(context.Background(), f, use("1"), t0.Add(time.Second))
+	if !hasEvent(r, EventDrift) {
+		t.Fatalf("no DriftCorrected event: %+v", r)
+	}
+}
+
+func TestCrashBetweenAssignAndActivateIsFinished(t *testing.T) {
+	f := newFake(t0)
+	f.checkpoints["u/1"] = true
+	f.recs.Assigned = &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, Validator: nodeconfigv1.Validator_VALIDATOR_YAML, WrittenAt: timestamppb.New(t0)}
+	r := Sync(context.Background(), f, use("1"), t0.Add(time.Second))
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != 599*time.Second {
+		t.Fatalf("result %+v (the soak clock must run from the durable assignment)", r)
+	}
+}
