@@ -35,6 +35,9 @@ func newPKI(dir string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
+	if p.load() {
+		return p, nil
+	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -118,4 +121,25 @@ func writeKeyPair(certPath, keyPath string, der []byte, key *ecdsa.PrivateKey) e
 
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
+}
+
+// load reuses certificates from an earlier run in the same directory, so a
+// restarted 'make run' keeps working kubeconfigs.
+func (p *pki) load() bool {
+	var err error
+	read := func(path string) []byte {
+		if err != nil {
+			return nil
+		}
+		var b []byte
+		b, err = os.ReadFile(path)
+		return b
+	}
+	p.caPEM = read(p.caCert)
+	p.adminCertPEM = read(p.adminCert)
+	p.adminKey_ = read(p.adminKey)
+	for _, f := range []string{p.serverCert, p.serverKey, p.saPub, p.saKey} {
+		read(f)
+	}
+	return err == nil
 }

@@ -46,8 +46,22 @@ func SocketTemplate(root string) string {
 	return filepath.Join(root, "nodes", "{node}", "checkpointd.sock")
 }
 
+// NodeOptions fix what StartNode otherwise picks.
+type NodeOptions struct {
+	Labels          map[string]string
+	CheckpointdAddr string // default: a free loopback port
+	StatusdAddr     string // default: a free loopback port
+	StatusdArgs     []string
+}
+
 // StartNode creates the Node object (if missing) and starts its agents.
 func StartNode(ctx context.Context, c *cluster.Cluster, root, name string, labels map[string]string, statusdArgs ...string) (*Node, error) {
+	return StartNodeWith(ctx, c, root, name, NodeOptions{Labels: labels, StatusdArgs: statusdArgs})
+}
+
+// StartNodeWith is StartNode with every option.
+func StartNodeWith(ctx context.Context, c *cluster.Cluster, root, name string, o NodeOptions) (*Node, error) {
+	labels, statusdArgs := o.Labels, o.StatusdArgs
 	dir := filepath.Join(root, "nodes", name)
 	n := &Node{
 		Name: name, Dir: dir, TargetDir: filepath.Join(dir, "target"),
@@ -74,11 +88,16 @@ func StartNode(ctx context.Context, c *cluster.Cluster, root, name string, label
 	if err != nil {
 		return nil, err
 	}
-	if n.CheckpointdAddr, err = proc.FreeAddr(); err != nil {
-		return nil, err
+	n.CheckpointdAddr, n.StatusdAddr = o.CheckpointdAddr, o.StatusdAddr
+	if n.CheckpointdAddr == "" {
+		if n.CheckpointdAddr, err = proc.FreeAddr(); err != nil {
+			return nil, err
+		}
 	}
-	if n.StatusdAddr, err = proc.FreeAddr(); err != nil {
-		return nil, err
+	if n.StatusdAddr == "" {
+		if n.StatusdAddr, err = proc.FreeAddr(); err != nil {
+			return nil, err
+		}
 	}
 	n.Checkpointd, err = proc.Start(name+"/checkpointd", ckBin, []string{
 		"--listen", n.CheckpointdAddr, "--socket", n.Socket, "--metrics-addr", "",
@@ -145,6 +164,11 @@ type Reconciler struct {
 
 // StartReconciler starts a reconciler that finds agents under root.
 func StartReconciler(ctx context.Context, c *cluster.Cluster, root, identity string, extra ...string) (*Reconciler, error) {
+	return StartReconcilerAt(ctx, c, root, identity, "", extra...)
+}
+
+// StartReconcilerAt is StartReconciler on a given address ("" = a free port).
+func StartReconcilerAt(ctx context.Context, c *cluster.Cluster, root, identity, addr string, extra ...string) (*Reconciler, error) {
 	bin, err := proc.Binary("reconciler")
 	if err != nil {
 		return nil, err
@@ -152,9 +176,10 @@ func StartReconciler(ctx context.Context, c *cluster.Cluster, root, identity str
 	if err := EnsureNamespace(ctx, c, "nodeconfig-system"); err != nil {
 		return nil, err
 	}
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		return nil, err
+	if addr == "" {
+		if addr, err = proc.FreeAddr(); err != nil {
+			return nil, err
+		}
 	}
 	args := append([]string{
 		"--listen", addr, "--metrics-addr", "", "--kubeconfig", c.Kubeconfig,

@@ -154,17 +154,25 @@ func SetCondition(node *corev1.Node, want metav1.Condition) {
 			})
 		}
 	}
-	meta.SetStatusCondition(&conds, want)
+	changed := meta.SetStatusCondition(&conds, want)
 	got := conds[0]
 	nc := corev1.NodeCondition{
 		Type: corev1.NodeConditionType(got.Type), Status: corev1.ConditionStatus(got.Status),
 		Reason: got.Reason, Message: got.Message, LastTransitionTime: got.LastTransitionTime,
 	}
+	// lastHeartbeatTime is when statusd last changed the condition: it moves
+	// only with a real change, never on a timer (KEP-1623: no heartbeats in
+	// conditions), and spares kubectl describe a year-one date.
+	if idx >= 0 {
+		nc.LastHeartbeatTime = node.Status.Conditions[idx].LastHeartbeatTime
+	}
+	if changed || nc.LastHeartbeatTime.IsZero() {
+		nc.LastHeartbeatTime = metav1.Now()
+	}
 	if idx < 0 {
 		node.Status.Conditions = append(node.Status.Conditions, nc)
 		return
 	}
-	nc.LastHeartbeatTime = node.Status.Conditions[idx].LastHeartbeatTime
 	node.Status.Conditions[idx] = nc
 }
 

@@ -96,8 +96,14 @@ func TestSetConditionMovesTransitionTimeOnlyOnStatusChange(t *testing.T) {
 		t.Fatalf("same status moved the transition time or lost the reason: %+v", c)
 	}
 	SetCondition(node, metav1.Condition{Type: ConditionNodeConfig, Status: metav1.ConditionFalse, Reason: ReasonRolledBack, Message: "c"})
-	if c := node.Status.Conditions[1]; c.LastTransitionTime.Equal(&old) || !c.LastHeartbeatTime.IsZero() {
-		t.Fatalf("status change kept the old transition time or wrote a heartbeat: %+v", c)
+	c := node.Status.Conditions[1]
+	if c.LastTransitionTime.Equal(&old) || c.LastHeartbeatTime.IsZero() {
+		t.Fatalf("status change kept the old transition time or has no change time: %+v", c)
+	}
+	before := c.LastHeartbeatTime
+	SetCondition(node, metav1.Condition{Type: ConditionNodeConfig, Status: metav1.ConditionFalse, Reason: ReasonRolledBack, Message: "c"})
+	if c := node.Status.Conditions[1]; !c.LastHeartbeatTime.Equal(&before) {
+		t.Fatalf("an unchanged condition moved its lastHeartbeatTime (a heartbeat write): %+v", c)
 	}
 	if node.Status.Conditions[0].Reason != "Theirs" || len(node.Status.Conditions) != 2 {
 		t.Fatalf("another component's condition was touched: %+v", node.Status.Conditions)
