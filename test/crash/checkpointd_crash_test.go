@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/test/proc"
 	"nodeconfig.io/test/sim"

@@ -232,4 +232,3 @@ func metric(t *testing.T, addr, name string) float64 {
 	t.Fatalf("metric %s not found", name)
 	return 0
 }
-
