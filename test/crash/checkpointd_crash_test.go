@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/test/proc"
 	"nodeconfig.io/test/sim"
@@ -110,7 +112,8 @@ func checkInvariants(t *testing.T, kill int, client nodeconfigv1.CheckpointServi
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := client.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{})
+	// The client's connection may still hold the refusal from the kill.
+	resp, err := client.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatalf("kill %d: GetRecords: %v", kill, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -29,7 +30,7 @@ func (e *env) records(i int) *nodeconfigv1.Records {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 	defer cancel()
-	resp, err := e.nodes[i].Checkpoint().GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{})
+	resp, err := e.nodes[i].Checkpoint().GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"nodeconfig.io/test/cluster"
+	"nodeconfig.io/test/proc"
+)
+
+// deploy/ is accepted by server-side validation, installs, and gives each
+// ServiceAccount exactly what it needs.
+func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
+	root, err := proc.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "deploy")
+	// A server-side dry run cannot create objects in a namespace that does
+	// not exist yet; the namespace first, as 'kubectl apply -k' orders it.
+	if out, err := kubectl(t, "", "apply", "-f", filepath.Join(dir, "namespace.yaml")); err != nil {
+		t.Fatalf("namespace: %v\n%s", err, out)
+	}
+	if out, err := kubectl(t, "", "apply", "--dry-run=server", "-k", dir); err != nil {
+		t.Fatalf("server-side dry run: %v\n%s", err, out)
+	}
+	if out, err := kubectl(t, "", "apply", "-k", dir); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	const (
+		agent      = "system:serviceaccount:nodeconfig-system:nodeconfig-agent"
+		reconciler = "system:serviceaccount:nodeconfig-system:nodeconfig-reconciler"
+	)
+	for _, tc := range []struct {
+		as    string
+		args  string
+		allow bool
+	}{
+		{agent, "get nodes", true},
+		{agent, "watch nodes", true},
+		{agent, "patch nodes", true},
+		{agent, "patch nodes --subresource=status", true},
+		{agent, "delete nodes", false},
+		{agent, "create nodes", false},
+		{agent, "get secrets -A", false},
+		{agent, "list configmaps -A", false},
+		{agent, "update nodeconfigs.nodeconfig.io", false},
+		{agent, "create pods -n nodeconfig-system", false},
+		{agent, "create events", false},
+		{reconciler, "list nodeconfigs.nodeconfig.io", true},
+		{reconciler, "watch nodeconfigs.nodeconfig.io", true},
+		{reconciler, "update nodeconfigs.nodeconfig.io --subresource=status", true},
+		{reconciler, "patch nodeconfigs.nodeconfig.io", true},
+		{reconciler, "delete nodeconfigs.nodeconfig.io", false},
+		{reconciler, "create nodeconfigs.nodeconfig.io", false},
+		{reconciler, "list configmaps -A", true},
+		{reconciler, "create configmaps -n default", false},
+		{reconciler, "update configmaps -n default", false},
+		{reconciler, "list nodes", true},
+		{reconciler, "patch nodes", true},
+		{reconciler, "delete nodes", false},
+		{reconciler, "patch nodes --subresource=status", false},
+		{reconciler, "list pods -n nodeconfig-system", true},
+		{reconciler, "list pods -n default", false},
+		{reconciler, "create leases.coordination.k8s.io -n nodeconfig-system", true},
+		{reconciler, "create leases.coordination.k8s.io -n kube-system", false},
+		{reconciler, "create events -n default", true},
+		{reconciler, "get secrets -A", false},
+		{reconciler, "create pods -n nodeconfig-system", false},
+		{reconciler, "*", false},
+	} {
+		args := append([]string{"auth", "can-i", "--as=" + tc.as}, strings.Fields(tc.args)...)
+		if tc.args == "*" {
+			args = []string{"auth", "can-i", "--as=" + tc.as, "*", "*"}
+		}
+		out, _ := kubectl(t, "", args...)
+		// The answer is the last line; warnings about cluster scope come first.
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		got := strings.TrimSpace(lines[len(lines)-1]) == "yes"
+		if got != tc.allow {
+			who := tc.as[strings.LastIndex(tc.as, ":")+1:]
+			t.Errorf("%s can-i %s = %q, want allowed=%v", who, tc.args, strings.TrimSpace(out), tc.allow)
+		}
+	}
+}
+
+// The admission policy in deploy/ lets an agent write only the Node its
+// token is bound to (RBAC alone cannot say "its own").
+func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
+	root, _ := proc.RepoRoot()
+	if out, err := kubectl(t, "", "apply", "-k", filepath.Join(root, "deploy")); err != nil {
+		t.Fatalf("apply: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	for _, name := range []string{"own-node", "other-node"} {
+		if _, err := cluster.Shared.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cluster.Shared.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	cfg := rest.CopyConfig(cluster.Shared.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:nodeconfig-system:nodeconfig-agent",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:nodeconfig-system", "system:authenticated"},
+		Extra:    map[string][]string{"authentication.kubernetes.io/node-name": {"own-node"}},
+	}
+	agent, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := []byte(`{"metadata":{"annotations":{"nodeconfig.io/config-status":"{}"}}}`)
+	// The policy may take a moment to be loaded by the API server.
+	err = proc.WaitFor(20*time.Second, func() (bool, error) {
+		_, err := agent.CoreV1().Nodes().Patch(ctx, "other-node", types.MergePatchType, patch, metav1.PatchOptions{})
+		return err != nil && strings.Contains(err.Error(), "only write the Node it runs on"), err
+	})
+	if err != nil {
+		t.Fatalf("agent wrote another node: %v", err)
+	}
+	if _, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("agent could not write its own node: %v", err)
+	}
+	status := []byte(`{"status":{"conditions":[{"type":"NodeConfigReady","status":"True","reason":"LocalDefault","message":"m"}]}}`)
+	if _, err := agent.CoreV1().Nodes().Patch(ctx, "other-node", types.StrategicMergePatchType, status, metav1.PatchOptions{}, "status"); err == nil {
+		t.Fatal("agent patched another node's status")
+	}
+}
