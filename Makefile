@@ -28,7 +28,10 @@ NODES ?= 3
 FUZZTIME ?= 30s
 BENCHTIME ?= 1s
 
-.PHONY: help tools testbin generate build lint test bench run clean fuzz
+IMAGE_REPO ?= ghcr.io/nodeconfig
+IMAGE_TAG  ?= v0.1.0
+
+.PHONY: help tools testbin generate build lint test bench run clean fuzz images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -53,6 +56,17 @@ generate: $(TOOLS) ## regenerate the Go code of proto/
 build: ## build the three services into ./bin
 	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES))
 
+$(BIN)/ocibuild: tools/go.mod tools/go.sum tools/cmd/ocibuild/main.go
+	GOWORK=off go -C tools build -o $(BIN)/ocibuild ./cmd/ocibuild
+
+images: $(BIN)/ocibuild ## OCI image tarballs of the services in ./bin/images (docker load -i ...)
+	@mkdir -p $(BIN)/linux-amd64 $(BIN)/images
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/ $(addprefix nodeconfig.io/services/,$(SERVICES))
+	@for s in $(SERVICES); do \
+		$(BIN)/ocibuild --binary $(BIN)/linux-amd64/$$s --tag $(IMAGE_REPO)/$$s:$(IMAGE_TAG) --out $(BIN)/images/$$s.tar && \
+		echo "$(BIN)/images/$$s.tar  $(IMAGE_REPO)/$$s:$(IMAGE_TAG)"; \
+	done
+
 lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code
 	@out=$$(gofmt -l proto services test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet $(PACKAGES)
@@ -61,7 +75,7 @@ lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code
 	@hack/check-generated.sh
 	@hack/check-breaking.sh
 
-test: lint build testbin ## lint, then every unit and integration test
+test: lint build testbin images ## lint, then every unit and integration test
 	go test $(TEST_FLAGS) $(PACKAGES)
 
 bench: build testbin ## the performance figures (see docs/performance.md)

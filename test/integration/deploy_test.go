@@ -105,7 +105,9 @@ func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
 		if _, err := cluster.Shared.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = cluster.Shared.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = cluster.Shared.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
 	}
 	cfg := rest.CopyConfig(cluster.Shared.Config)
 	cfg.Impersonate = rest.ImpersonationConfig{

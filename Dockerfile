@@ -1,0 +1,13 @@
+# One image per service: docker build --build-arg SERVICE=checkpointd -t nodeconfig/checkpointd .
+# Where no Docker engine runs, 'make images' builds the same images offline.
+FROM golang:1.26 AS build
+ARG SERVICE
+WORKDIR /src
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/service nodeconfig.io/services/${SERVICE}
+
+FROM scratch
+COPY --from=build /out/service /service
+COPY --from=build --chmod=1777 /tmp /tmp
+USER 65532:65532
+ENTRYPOINT ["/service"]
