@@ -115,3 +115,24 @@ func TestDeletionPolicyAbandonKeepsConfigDefaultResets(t *testing.T) {
 		t.Fatalf("abandoned node's target = %q", got)
 	}
 }
+
+// Two NodeConfigs selecting one node: no change on the node, and both say
+// SelectorConflict.
+func TestSelectorConflictChangesNothing(t *testing.T) {
+	e := newEnv(t, 1)
+	n := e.nodes[0]
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", nil)
+	e.waitNode(n.Name, 20*time.Second, "active", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.Active) == cm.ResourceVersion
+	})
+	e.configMap("other", map[string]string{"config.yaml": "maxPods: 1\n"})
+	e.use("second-"+e.label, "other", nil)
+	e.waitState(n.Name, 20*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT)
+	for _, name := range []string{e.label, "second-" + e.label} {
+		e.waitNodeConfigCondition(name, "Degraded", "True", "SelectorConflict", 20*time.Second)
+	}
+	if got := e.records(0).GetAssigned().GetSource().GetResourceVersion(); got != cm.ResourceVersion {
+		t.Fatalf("conflict changed the node: assigned resourceVersion %s, want %s", got, cm.ResourceVersion)
+	}
+}

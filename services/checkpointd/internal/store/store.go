@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -65,6 +66,9 @@ type Store struct {
 	now     func() time.Time
 	watchMu sync.Mutex
 	watches map[*Watch]struct{}
+	// putting counts PutPayload calls in flight: a lone writer commits at
+	// once, concurrent ones share fsyncs through Batch.
+	putting atomic.Int32
 	// published is the newest revision handed to watchers.
 	published uint64
 	closed    bool
@@ -195,11 +199,17 @@ func Digest(data map[string]string) (sum string, size int64) {
 }
 
 // PutPayload stores p unless the same content is already there. Concurrent
-// callers share fsyncs through bbolt's Batch.
+// callers share fsyncs through bbolt's Batch; a lone caller does not wait
+// for Batch's grouping delay.
 func (s *Store) PutPayload(p Payload) (stored Payload, created bool, err error) {
 	p.SHA256, p.SizeBytes = Digest(p.Data)
 	key := PayloadKey(p.UID, p.ResourceVersion)
-	err = s.db.Batch(func(tx *bolt.Tx) error {
+	commit := s.db.Batch
+	if s.putting.Add(1) == 1 {
+		commit = s.db.Update
+	}
+	defer s.putting.Add(-1)
+	err = commit(func(tx *bolt.Tx) error {
 		// Batch may run this function more than once; keep it idempotent.
 		created = false
 		b := tx.Bucket(bucketPayloads)

@@ -153,7 +153,8 @@ func (c *Controller) finalize(ctx context.Context, nc *v1alpha1.NodeConfig) (tim
 			continue
 		}
 		info, ok := c.NodeInfo(name)
-		if !ok || (info.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT && info.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING) {
+		handedOver := ok && info.NodeConfig != "" && info.NodeConfig != nc.Name
+		if !handedOver && (!ok || (info.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT && info.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING)) {
 			// Its node sync resets it and brings us back here.
 			c.nodeQ.Add(name)
 			return 2 * time.Second, nil

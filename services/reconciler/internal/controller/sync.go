@@ -47,27 +47,41 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		}
 	}
 
+	// A NodeConfig being deleted yields to a live one; among the deleting
+	// ones, any abandon policy wins over a reset.
+	var live, deleting []*v1alpha1.NodeConfig
+	for _, m := range matches {
+		if m.DeletionTimestamp != nil {
+			deleting = append(deleting, m)
+		} else {
+			live = append(live, m)
+		}
+	}
 	var nc *v1alpha1.NodeConfig
 	d := policy.Desired{Mode: policy.ModeReset}
+	conflict := len(live) > 1
 	switch {
-	case len(matches) > 1:
+	case conflict:
 		// No change on the node; each NodeConfig reports the conflict.
 		d.Mode = policy.ModeLeave
-		for _, m := range matches {
+		for _, m := range live {
 			c.ncQ.Add(m.Name)
 		}
-	case len(matches) == 1:
-		nc = matches[0]
-		switch {
-		case nc.DeletionTimestamp != nil && nc.Annotations[v1alpha1.AnnotationDeletionPolicy] == v1alpha1.DeletionPolicyAbandon:
-			d.Mode = policy.ModeLeave
-		case nc.DeletionTimestamp != nil || nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil:
-			d.Mode = policy.ModeReset
-		default:
-			if err := c.clearAbandoned(ctx, node); err != nil {
-				return 0, err
+	case len(live) == 1:
+		nc = live[0]
+		if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil {
+			break
+		}
+		if err := c.clearAbandoned(ctx, node); err != nil {
+			return 0, err
+		}
+		d = c.desiredFor(ctx, nc, node)
+	case len(deleting) > 0:
+		nc = deleting[0]
+		for _, m := range deleting {
+			if m.Annotations[v1alpha1.AnnotationDeletionPolicy] == v1alpha1.DeletionPolicyAbandon {
+				nc, d.Mode = m, policy.ModeLeave
 			}
-			d = c.desiredFor(ctx, nc, node)
 		}
 	default:
 		if node.Annotations[v1alpha1.AnnotationAbandoned] != "" {
@@ -84,7 +98,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		res = policy.Sync(rpcCtx, agent, d, c.o.Now())
 		cancel()
 	}
-	if len(matches) > 1 {
+	if conflict {
 		res.State = nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT
 	}
 	c.emit(node, nc, res.Events)
