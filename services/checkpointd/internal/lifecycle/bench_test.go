@@ -75,7 +75,9 @@ func BenchmarkPutCheckpoint64KiB(b *testing.B) {
 		}
 		put = append(put, time.Since(start))
 		start = time.Now()
-		if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("b")).Put([]byte(fmt.Sprint(i)), []byte(payload64KiB)) }); err != nil {
+		if err := db.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("b")).Put([]byte(fmt.Sprint(i)), []byte(payload64KiB))
+		}); err != nil {
 			b.Fatal(err)
 		}
 		raw = append(raw, time.Since(start))
