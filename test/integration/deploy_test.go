@@ -47,7 +47,7 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 	}{
 		{agent, "get nodes", true},
 		{agent, "watch nodes", true},
-		{agent, "patch nodes", true},
+		{agent, "patch nodes", false},
 		{agent, "patch nodes --subresource=status", true},
 		{agent, "delete nodes", false},
 		{agent, "create nodes", false},
@@ -119,20 +119,24 @@ func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patch := []byte(`{"metadata":{"annotations":{"nodeconfig.io/config-status":"{}"}}}`)
+	// statusd's own kind of patch: condition and annotation through status.
+	patch := []byte(`{"metadata":{"annotations":{"nodeconfig.io/config-status":"{}"}},"status":{"conditions":[{"type":"NodeConfigReady","status":"True","reason":"LocalDefault","message":"m"}]}}`)
 	// The policy may take a moment to be loaded by the API server.
 	err = proc.WaitFor(20*time.Second, func() (bool, error) {
-		_, err := agent.CoreV1().Nodes().Patch(ctx, "other-node", types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err := agent.CoreV1().Nodes().Patch(ctx, "other-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		return err != nil && strings.Contains(err.Error(), "only write the Node it runs on"), err
 	})
 	if err != nil {
 		t.Fatalf("agent wrote another node: %v", err)
 	}
-	if _, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	updated, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
 		t.Fatalf("agent could not write its own node: %v", err)
 	}
-	status := []byte(`{"status":{"conditions":[{"type":"NodeConfigReady","status":"True","reason":"LocalDefault","message":"m"}]}}`)
-	if _, err := agent.CoreV1().Nodes().Patch(ctx, "other-node", types.StrategicMergePatchType, status, metav1.PatchOptions{}, "status"); err == nil {
-		t.Fatal("agent patched another node's status")
+	if updated.Annotations["nodeconfig.io/config-status"] != "{}" {
+		t.Fatal("the status subresource dropped the annotation")
+	}
+	if _, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err == nil {
+		t.Fatal("agent patched a Node spec")
 	}
 }

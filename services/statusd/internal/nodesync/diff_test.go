@@ -14,9 +14,9 @@ func TestDiffNoChangeNoPatch(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"a": "1"}},
 		Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: "X", Status: corev1.ConditionTrue}}},
 	}
-	s, m, err := Diff(node, node.DeepCopy())
-	if err != nil || s != nil || m != nil {
-		t.Fatalf("identical nodes gave patches %s %s (err %v)", s, m, err)
+	p, err := Diff(node, node.DeepCopy())
+	if err != nil || p != nil {
+		t.Fatalf("identical nodes gave a patch %s (err %v)", p, err)
 	}
 }
 
@@ -33,18 +33,22 @@ func TestDiffSendsOnlyWhatChanged(t *testing.T) {
 	desired.Annotations["ours"] = "new"
 	desired.Status.Conditions[1].Status = corev1.ConditionFalse
 	desired.Status.Conditions = desired.Status.Conditions[:2]
-	s, m, err := Diff(node, desired)
+	p, err := Diff(node, desired)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(s), "Theirs") || !strings.Contains(string(s), `"Ours"`) || !strings.Contains(string(s), `"$patch":"delete"`) {
-		t.Fatalf("status patch %s", s)
+	if strings.Contains(string(p), "Theirs") || !strings.Contains(string(p), `"Ours"`) || !strings.Contains(string(p), `"$patch":"delete"`) {
+		t.Fatalf("patch %s", p)
 	}
-	var meta map[string]map[string]map[string]any
-	if err := json.Unmarshal(m, &meta); err != nil {
+	var parsed struct {
+		Metadata struct {
+			Annotations map[string]any `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(p, &parsed); err != nil {
 		t.Fatal(err)
 	}
-	if got := meta["metadata"]["annotations"]; len(got) != 1 || got["ours"] != "new" {
-		t.Fatalf("metadata patch %s", m)
+	if got := parsed.Metadata.Annotations; len(got) != 1 || got["ours"] != "new" {
+		t.Fatalf("annotations in patch %s", p)
 	}
 }

@@ -1,8 +1,11 @@
 // Package nodesync runs the setter chain against statusd's own Node and
-// patches only what changed: the status subresource for conditions and the
-// metadata for the annotation. Changes arriving close together coalesce into
-// one patch, a sync with no diff sends nothing (no heartbeats, KEP-1623), and
-// a failed patch is retried with capped backoff from the latest state.
+// patches only what changed, in one strategic-merge patch of the status
+// subresource: the conditions and the annotation together (the Node status
+// subresource keeps metadata changes, which the kubelet relies on too), so
+// one change costs one write and statusd needs no write access to Node
+// specs. Changes arriving close together coalesce into one patch, a sync
+// with no diff sends nothing (no heartbeats, KEP-1623), and a failed patch
+// is retried with capped backoff from the latest state.
 package nodesync
 
 import (
@@ -206,33 +209,24 @@ func (s *Syncer) SyncOnce(ctx context.Context) error {
 			s.o.Log.Error("setter failed", "setter", st.Name, "err", err)
 		}
 	}
-	statusPatch, metaPatch, err := Diff(node, desired)
+	patch, err := Diff(node, desired)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	s.state.Desired, s.state.SetterErrors = desired, setterErrs
 	s.mu.Unlock()
-	if statusPatch == nil && metaPatch == nil {
+	if patch == nil {
 		s.m.skipped.Inc()
 		s.markSynced()
 		return nil
 	}
-	nodes := s.o.Client.CoreV1().Nodes()
-	if statusPatch != nil {
-		updated, err := nodes.Patch(ctx, s.o.NodeName, types.StrategicMergePatchType, statusPatch, metav1.PatchOptions{FieldManager: "nodeconfig-statusd"}, "status")
-		if err != nil {
-			return s.patchFailed("status", err)
-		}
-		s.sent(updated)
+	updated, err := s.o.Client.CoreV1().Nodes().Patch(ctx, s.o.NodeName, types.StrategicMergePatchType, patch,
+		metav1.PatchOptions{FieldManager: "nodeconfig-statusd"}, "status")
+	if err != nil {
+		return s.patchFailed(err)
 	}
-	if metaPatch != nil {
-		updated, err := nodes.Patch(ctx, s.o.NodeName, types.MergePatchType, metaPatch, metav1.PatchOptions{FieldManager: "nodeconfig-statusd"})
-		if err != nil {
-			return s.patchFailed("metadata", err)
-		}
-		s.sent(updated)
-	}
+	s.sent(updated)
 	s.markSynced()
 	return nil
 }
@@ -272,9 +266,9 @@ func (s *Syncer) sent(updated *corev1.Node) {
 	}
 }
 
-func (s *Syncer) patchFailed(what string, err error) error {
+func (s *Syncer) patchFailed(err error) error {
 	s.m.errors.Inc()
-	err = fmt.Errorf("patch %s of node %s: %w", what, s.o.NodeName, err)
+	err = fmt.Errorf("patch status of node %s: %w", s.o.NodeName, err)
 	s.setError(err.Error())
 	return err
 }
@@ -291,11 +285,10 @@ func (s *Syncer) markSynced() {
 	s.state.InSync, s.state.LastError = true, ""
 }
 
-// Diff returns the patches that turn node into desired: a strategic-merge
-// patch of status conditions (only those that differ, deletions as
-// $patch: delete) and a merge patch of the annotations that differ. A nil
-// patch means nothing to send.
-func Diff(node, desired *corev1.Node) (statusPatch, metaPatch []byte, err error) {
+// Diff returns the strategic-merge patch that turns node into desired:
+// only the conditions that differ (deletions as $patch: delete) and only the
+// annotations that differ. Nil means nothing to send.
+func Diff(node, desired *corev1.Node) ([]byte, error) {
 	before := map[corev1.NodeConditionType]corev1.NodeCondition{}
 	for _, c := range node.Status.Conditions {
 		before[c.Type] = c
@@ -313,12 +306,6 @@ func Diff(node, desired *corev1.Node) (statusPatch, metaPatch []byte, err error)
 			changed = append(changed, map[string]any{"type": c.Type, "$patch": "delete"})
 		}
 	}
-	if len(changed) > 0 {
-		statusPatch, err = json.Marshal(map[string]any{"status": map[string]any{"conditions": changed}})
-		if err != nil {
-			return nil, nil, err
-		}
-	}
 	annotations := map[string]any{}
 	for k, v := range desired.Annotations {
 		if old, ok := node.Annotations[k]; !ok || old != v {
@@ -330,13 +317,17 @@ func Diff(node, desired *corev1.Node) (statusPatch, metaPatch []byte, err error)
 			annotations[k] = nil
 		}
 	}
-	if len(annotations) > 0 {
-		metaPatch, err = json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-		if err != nil {
-			return nil, nil, err
-		}
+	if len(changed) == 0 && len(annotations) == 0 {
+		return nil, nil
 	}
-	return statusPatch, metaPatch, nil
+	patch := map[string]any{}
+	if len(changed) > 0 {
+		patch["status"] = map[string]any{"conditions": changed}
+	}
+	if len(annotations) > 0 {
+		patch["metadata"] = map[string]any{"annotations": annotations}
+	}
+	return json.Marshal(patch)
 }
 
 func sameCondition(a, b corev1.NodeCondition) bool {
