@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"sync"
@@ -90,6 +91,10 @@ func Open(path string, opts Options) (s *Store, err error) {
 		// bbolt would initialise an empty file as a new store.
 		return nil, fmt.Errorf("%w: %s is empty (truncated?); it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path)
 	}
+	// A truncated file makes bbolt touch mmapped pages past its end, a
+	// SIGBUS; on this goroutine that becomes a panic we can turn into a
+	// refusal. Open reads every page here (walk) before anything else can.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		// bbolt panics on some corrupt pages; turn that into a refusal.
 		if r := recover(); r != nil {
@@ -107,11 +112,42 @@ func Open(path string, opts Options) (s *Store, err error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	if err := s.walk(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	if err := s.checkSchema(); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// walk reads every key and value on the calling goroutine, so that a page
+// past the end of a truncated file faults where Open can recover, not in
+// bbolt's own Check goroutine.
+func (s *Store) walk() error {
+	var sum byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var visit func(b *bolt.Bucket) error
+		visit = func(b *bolt.Bucket) error {
+			return b.ForEach(func(k, v []byte) error {
+				if v == nil {
+					if child := b.Bucket(k); child != nil {
+						return visit(child)
+					}
+					return nil
+				}
+				for _, c := range v {
+					sum ^= c
+				}
+				return nil
+			})
+		}
+		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return visit(b) })
+	})
+	_ = sum
+	return err
 }
 
 func (s *Store) checkSchema() error {
