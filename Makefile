@@ -75,7 +75,8 @@ lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code
 	@hack/check-generated.sh
 	@hack/check-breaking.sh
 
-test: lint build testbin images ## lint, then every unit and integration test
+test: lint build testbin images ## lint, then every unit and integration test, and one pass of each benchmark
+	go test -run '^$$' -bench . -benchtime 1x nodeconfig.io/services/...
 	go test $(TEST_FLAGS) $(PACKAGES)
 
 bench: build testbin ## the performance figures (see docs/performance.md)
