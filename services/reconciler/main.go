@@ -104,6 +104,7 @@ func run() error {
 	}
 
 	srv := servekit.New(sf, log)
+	metrics := controller.NewMetrics(srv.Registry)
 	var current atomic.Pointer[controller.Controller]
 	nodeconfigv1.RegisterReconcilerServiceServer(srv.GRPC, &reconcilerapi.Service{Nodes: func() reconcilerapi.Nodes {
 		if c := current.Load(); c != nil {
@@ -142,7 +143,7 @@ func run() error {
 		c := controller.New(controller.Options{
 			Kube: kube, Dynamic: dyn,
 			Nodes: nodes.Lister(), ConfigMaps: cms.Lister(), NodeConfigs: ncs.Lister(), Synced: synced,
-			Agents: agentPool, Recorder: recorder, Registerer: srv.Registry, Log: log,
+			Agents: agentPool, Recorder: recorder, Metrics: metrics, Log: log,
 			BaseDelay: *baseDelay, MaxDelay: *maxDelay,
 		})
 		nodeH, cmH, ncH, podH := c.Handlers()
@@ -173,23 +174,29 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		election := leaderelection.LeaderElectionConfig{
 			Lock: lock, LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 			ReleaseOnCancel: true, Name: *leaseName,
 			Callbacks: leaderelection.LeaderCallbacks{
+				// lead's context ends when the lease is lost, and lead builds
+				// its whole view anew each time, so a replica that lost the
+				// lease (an API server outage, say) simply stands again.
 				OnStartedLeading: lead,
-				OnStoppedLeading: func() {
-					log.Info("lost leadership; stopping")
-					// A replica that lost the lease may hold stale views: start over.
-					cancel()
-				},
-				OnNewLeader: func(id string) { log.Info("leader", "identity", id) },
+				OnStoppedLeading: func() { log.Info("not leading; standing for election again") },
+				OnNewLeader:      func(id string) { log.Info("leader", "identity", id) },
 			},
-		})
-		if err != nil {
-			return err
 		}
-		go elector.Run(ctx)
+		go func() {
+			for ctx.Err() == nil {
+				elector, err := leaderelection.NewLeaderElector(election)
+				if err != nil {
+					log.Error("leader election", "err", err)
+					cancel()
+					return
+				}
+				elector.Run(ctx)
+			}
+		}()
 	} else {
 		go lead(ctx)
 	}

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -46,7 +45,7 @@ type Options struct {
 	Synced      []cache.InformerSynced
 	Agents      *agents.Pool
 	Recorder    record.EventRecorder
-	Registerer  prometheus.Registerer
+	Metrics     *Metrics
 	Log         *slog.Logger
 	// BaseDelay and MaxDelay bound the per-node exponential retry (seed
 	// 002: 2 s doubling, capped at 2 min).
@@ -61,7 +60,7 @@ type Controller struct {
 	o       Options
 	nodeQ   workqueue.TypedRateLimitingInterface[string]
 	ncQ     workqueue.TypedRateLimitingInterface[string]
-	metrics *metrics
+	metrics *Metrics
 
 	mu    sync.Mutex
 	nodes map[string]*NodeInfo
@@ -100,11 +99,14 @@ func New(o Options) *Controller {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
 	return &Controller{
 		o:       o,
 		nodeQ:   workqueue.NewTypedRateLimitingQueueWithConfig(newRateLimiter(o.BaseDelay, o.MaxDelay), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
 		ncQ:     workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
-		metrics: newMetrics(o.Registerer),
+		metrics: o.Metrics,
 		nodes:   map[string]*NodeInfo{},
 	}
 }

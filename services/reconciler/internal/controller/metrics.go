@@ -2,7 +2,9 @@ package controller
 
 import "github.com/prometheus/client_golang/prometheus"
 
-type metrics struct {
+// Metrics are the reconciler's Prometheus series. Create them once per
+// process: a replica may lead, lose the lease and lead again.
+type Metrics struct {
 	syncs        *prometheus.CounterVec
 	syncSeconds  *prometheus.HistogramVec
 	queueDepth   prometheus.Gauge
@@ -11,8 +13,9 @@ type metrics struct {
 	promotions   prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// NewMetrics registers the series on reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
 		syncs:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeconfig_reconciler_syncs_total", Help: "Syncs by queue and result."}, []string{"queue", "result"}),
 		syncSeconds:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nodeconfig_reconciler_sync_seconds", Help: "Time of one sync.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"queue"}),
 		queueDepth:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeconfig_reconciler_queue_depth", Help: "Nodes waiting in the work queue."}),
