@@ -48,17 +48,20 @@ func (f *Follower) Records() (*nodeconfigv1.Records, error) {
 
 // Run follows until ctx ends.
 func (f *Follower) Run(ctx context.Context) {
-	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 7 * time.Second}
-	delay := backoff.Duration
+	newBackoff := func() wait.Backoff {
+		return wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 7 * time.Second}
+	}
+	backoff := newBackoff()
 	for ctx.Err() == nil {
 		received, err := f.follow(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if received {
-			backoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 7 * time.Second}
+			// The stream worked for a while: start the backoff over.
+			backoff = newBackoff()
 		}
-		delay = backoff.Step()
+		delay := backoff.Step()
 		f.set(nil, fmt.Errorf("checkpointd at %s: %w", f.target, err))
 		f.log.Warn("record watch broke; reconnecting", "err", err, "retry_in", delay)
 		select {
