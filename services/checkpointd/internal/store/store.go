@@ -108,6 +108,9 @@ func Open(path string, opts Options) (s *Store, err error) {
 		}
 		return nil, fmt.Errorf("%w: open %s: %v; it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path, err)
 	}
+	// Concurrent puts share one fsync; a short window keeps the grouping
+	// without making every batch wait bbolt's default 10 ms.
+	db.MaxBatchDelay = 2 * time.Millisecond
 	s = &Store{db: db, path: path, now: opts.Now, watches: map[*Watch]struct{}{}}
 	if s.now == nil {
 		s.now = time.Now
