@@ -63,7 +63,7 @@ func (e *env) waitState(name string, timeout time.Duration, want nodeconfigv1.Li
 }
 
 // events lists Events about an object with the given reason.
-func (e *env) events(t *testing.T, kind, name, reason string) []corev1.Event {
+func (e *env) events(t testing.TB, kind, name, reason string) []corev1.Event {
 	t.Helper()
 	sel := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name, "reason": reason}.AsSelector().String()
 	list, err := e.c.Client.CoreV1().Events("").List(e.ctx, metav1.ListOptions{FieldSelector: sel})

@@ -26,7 +26,7 @@ var nodeConfigs = schema.GroupVersionResource{Group: "nodeconfig.io", Version: "
 // env is one test's world: its own nodes (labelled with the test's name),
 // its own namespace for ConfigMaps, and a reconciler.
 type env struct {
-	t          *testing.T
+	t          testing.TB
 	ctx        context.Context
 	c          *cluster.Cluster
 	root       string
@@ -39,7 +39,7 @@ type env struct {
 
 // newEnv starts n nodes and a reconciler. Node names and the selector label
 // are unique per test, so tests do not see each other's nodes.
-func newEnv(t *testing.T, n int, reconcilerArgs ...string) *env {
+func newEnv(t testing.TB, n int, reconcilerArgs ...string) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

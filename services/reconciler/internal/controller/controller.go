@@ -391,7 +391,8 @@ func (c *Controller) emit(node *corev1.Node, nc *v1alpha1.NodeConfig, events []p
 			continue
 		}
 		c.o.Recorder.Event(nodeRef(node), typ, e.Reason, e.Message)
-		if nc != nil {
+		// The NodeConfig gets what needs attention; its status counts the rest.
+		if nc != nil && e.Warning {
 			c.o.Recorder.Eventf(nodeConfigRef(nc), typ, e.Reason, "node %s: %s", node.Name, e.Message)
 		}
 	}

@@ -18,6 +18,10 @@ import (
 	"nodeconfig.io/services/reconciler/internal/policy"
 )
 
+// statusCoalesce groups NodeConfig status writes for nodes that change
+// state close together.
+const statusCoalesce = time.Second
+
 var validators = map[string]nodeconfigv1.Validator{
 	"":        nodeconfigv1.Validator_VALIDATOR_YAML,
 	"yaml":    nodeconfigv1.Validator_VALIDATOR_YAML,
@@ -247,7 +251,8 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 	if changed {
 		for _, name := range []string{prevNC, info.NodeConfig} {
 			if name != "" {
-				c.ncQ.Add(name)
+				// Node changes within a second share one status write.
+				c.ncQ.AddAfter(name, statusCoalesce)
 			}
 		}
 		if prevState == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING && nc != nil {

@@ -170,7 +170,14 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 		return earlyError(ctx, agent, recs, e)
 	}
 	res := activate(ctx, agent, recs, now)
-	res.Events = append([]Event{{Reason: EventAssigned, Message: fmt.Sprintf("assigned %s (soak %ds)", describe(src), d.SoakSeconds)}}, res.Events...)
+	// One event per node per change: the activation's (or rollback's) event
+	// says it was just assigned; API writes are what fleets pay for.
+	assigned := fmt.Sprintf("assigned %s (soak %ds)", describe(src), d.SoakSeconds)
+	if len(res.Events) > 0 {
+		res.Events[0].Message = assigned + "; " + res.Events[0].Message
+	} else {
+		res.Events = []Event{{Reason: EventAssigned, Message: assigned}}
+	}
 	return res
 }
 

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,8 +167,8 @@ func TestNewAssignmentCheckpointsAssignsActivatesAndWaitsForSoak(t *testing.T) {
 			t.Fatalf("calls %v, want %v (checkpoint before assign)", f.calls, want)
 		}
 	}
-	if !hasEvent(r, EventAssigned) || !hasEvent(r, EventActivated) {
-		t.Fatalf("events %v", r.Events)
+	if len(r.Events) != 1 || !hasEvent(r, EventActivated) || !strings.Contains(r.Events[0].Message, "assigned") {
+		t.Fatalf("events %v, want one ConfigActivated that says it was assigned", r.Events)
 	}
 }
 

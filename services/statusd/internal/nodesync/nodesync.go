@@ -71,7 +71,9 @@ type State struct {
 // New builds a syncer.
 func New(o Options) *Syncer {
 	if o.Quiet == 0 {
-		o.Quiet = 10 * time.Millisecond
+		// Long enough to merge an assignment with its activation (two
+		// record writes with fsyncs between them), short next to any target.
+		o.Quiet = 25 * time.Millisecond
 	}
 	if o.MaxDelay == 0 {
 		o.MaxDelay = 200 * time.Millisecond
