@@ -30,14 +30,7 @@ func run() error {
 	gcInterval := fs.Duration("gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
 	gcMinAge := fs.Duration("gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")
 	noFsync := fs.Bool("unsafe-no-fsync", false, "skip fsync of the store (tests and benchmarks only: a crash can lose writes)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: checkpointd [flags]\n\nStores config checkpoints and the assigned/active/lastKnownGood/error records of one node.\n\nFlags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
+	if err := servekit.Parse(fs, "checkpointd", "Stores config checkpoints and the assigned/active/lastKnownGood/error records of one node."); err != nil {
 		return err
 	}
 	log, err := sf.Logger("checkpointd")

@@ -70,14 +70,7 @@ func run() error {
 	renewDeadline := fs.Duration("leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before giving up")
 	retryPeriod := fs.Duration("leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire the lease")
 	identity := fs.String("identity", "", "leader election identity (default hostname_pid)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: reconciler [flags]\n\nRolls NodeConfigs out to nodes: checkpoint, assign, activate, soak, promote, roll back.\n\nFlags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
+	if err := servekit.Parse(fs, "reconciler", "Rolls NodeConfigs out to nodes: checkpoint, assign, activate, soak, promote, roll back."); err != nil {
 		return err
 	}
 	log, err := sf.Logger("reconciler")

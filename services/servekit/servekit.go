@@ -216,10 +216,30 @@ func listenUnix(path string) (net.Listener, error) {
 	return l, nil
 }
 
+// ErrHelpShown is returned by Parse after --help printed the usage; the
+// caller exits 0.
+var ErrHelpShown = errors.New("help shown")
+
+// Parse parses the command line with a usage text that says what the
+// service does, then lists every flag with its default.
+func Parse(fs *flag.FlagSet, name, what string) error {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n%s\n\nFlags:\n", name, what)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ErrHelpShown
+		}
+		return err
+	}
+	return nil
+}
+
 // Main runs fn and exits non-zero with its error; it keeps the binaries'
 // main functions to flag wiring.
 func Main(fn func() error) {
-	if err := fn(); err != nil {
+	if err := fn(); err != nil && !errors.Is(err, ErrHelpShown) {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}

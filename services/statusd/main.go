@@ -35,14 +35,7 @@ func run() error {
 	checkpointd := fs.String("checkpointd", "127.0.0.1:7601", "checkpointd gRPC target (host:port or unix:///path)")
 	stateFile := fs.String("state-file", "/var/lib/nodeconfig/statusd-reports.json", "where reported setter outputs are kept across restarts")
 	syncPeriod := fs.Duration("sync-period", 10*time.Second, "mean period of the full status sync (jittered by 4%)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: statusd [flags]\n\nPatches the node's NodeConfigReady condition and nodeconfig.io/config-status annotation.\n\nFlags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
+	if err := servekit.Parse(fs, "statusd", "Patches the node's NodeConfigReady condition and nodeconfig.io/config-status annotation."); err != nil {
 		return err
 	}
 	if *nodeName == "" {

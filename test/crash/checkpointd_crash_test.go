@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/proc"
 	"nodeconfig.io/test/sim"
 )
 
@@ -39,17 +38,9 @@ func TestCheckpointdSurvivesSIGKILLAtRandomMoments(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("CRASH_KILLS")); err == nil {
 		kills = v
 	}
-	bin, err := proc.Binary("checkpointd")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	socket := filepath.Join(dir, "ck.sock")
 	targetDir := filepath.Join(dir, "target")
-	p, err := proc.Start("checkpointd", bin, []string{
-		"--listen", "", "--socket", socket, "--metrics-addr", "",
-		"--state-dir", filepath.Join(dir, "state"), "--target-dir", targetDir, "--target-file", "config.yaml",
-	}, filepath.Join(dir, "checkpointd.log"))
+	p, socket, err := sim.StartCheckpointd(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +123,7 @@ func checkInvariants(t *testing.T, kill int, client nodeconfigv1.CheckpointServi
 			t.Fatalf("kill %d: %s names %s, whose payload is gone: %v", kill, name, src.GetResourceVersion(), err)
 		}
 	}
-	content, err := os.ReadFile(filepath.Join(targetDir, "config.yaml"))
+	content, err := os.ReadFile(filepath.Join(targetDir, sim.TargetFile))
 	active := recs.GetActive().GetSource()
 	if active == nil {
 		if err == nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"nodeconfig.io/test/proc"
 	"nodeconfig.io/test/sim"
 )
 
@@ -15,15 +14,9 @@ import (
 // message, and the file stays exactly as it was for inspection — never a
 // silently re-created store that has lost last-known-good.
 func TestCorruptStoreIsRefusedAndKept(t *testing.T) {
-	bin, err := proc.Binary("checkpointd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A real store with a last-known-good, to damage in several ways.
+	// A real store, to damage in several ways.
 	good := t.TempDir()
-	socket := filepath.Join(good, "ck.sock")
-	p, err := proc.Start("checkpointd", bin, []string{"--listen", "", "--socket", socket, "--metrics-addr", "",
-		"--state-dir", good, "--target-dir", filepath.Join(good, "target")}, filepath.Join(good, "log"))
+	p, socket, err := sim.StartCheckpointd(good)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +26,7 @@ func TestCorruptStoreIsRefusedAndKept(t *testing.T) {
 	if err := p.Stop(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	original, err := os.ReadFile(filepath.Join(good, "checkpoints.db"))
+	original, err := os.ReadFile(filepath.Join(good, "state", "checkpoints.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,12 +38,14 @@ func TestCorruptStoreIsRefusedAndKept(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			db := filepath.Join(dir, "checkpoints.db")
+			db := filepath.Join(dir, "state", "checkpoints.db")
+			if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
+				t.Fatal(err)
+			}
 			if err := os.WriteFile(db, damaged, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			p, err := proc.Start("checkpointd", bin, []string{"--listen", "", "--socket", filepath.Join(dir, "ck.sock"), "--metrics-addr", "",
-				"--state-dir", dir, "--target-dir", filepath.Join(dir, "target")}, filepath.Join(dir, "log"))
+			p, _, err := sim.StartCheckpointd(dir)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/proc"
 	"nodeconfig.io/test/sim"
 )
 
@@ -21,14 +19,7 @@ import (
 // message beyond the server's receive limit, traversal in keys, missing
 // fields, and a payload of 10,000 keys over the ConfigMap limit.
 func TestCheckpointdRefusesBadRequestsOverTheWire(t *testing.T) {
-	bin, err := proc.Binary("checkpointd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	socket := filepath.Join(dir, "ck.sock")
-	p, err := proc.Start("checkpointd", bin, []string{"--listen", "", "--socket", socket, "--metrics-addr", "",
-		"--state-dir", filepath.Join(dir, "state"), "--target-dir", filepath.Join(dir, "target")}, filepath.Join(dir, "log"))
+	p, socket, err := sim.StartCheckpointd(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

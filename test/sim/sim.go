@@ -249,3 +249,18 @@ func WaitServing(target string, timeout time.Duration) error {
 		return resp.GetStatus() == healthpb.HealthCheckResponse_SERVING, nil
 	})
 }
+
+// StartCheckpointd starts a lone checkpointd on a unix socket in dir (no
+// TCP, no metrics), with its state and target under dir; extra flags are
+// appended. It does not wait: pair it with WaitServing("unix://"+socket).
+func StartCheckpointd(dir string, extra ...string) (p *proc.Process, socket string, err error) {
+	bin, err := proc.Binary("checkpointd")
+	if err != nil {
+		return nil, "", err
+	}
+	socket = filepath.Join(dir, "ck.sock")
+	args := append([]string{"--listen", "", "--socket", socket, "--metrics-addr", "",
+		"--state-dir", filepath.Join(dir, "state"), "--target-dir", filepath.Join(dir, "target"), "--target-file", TargetFile}, extra...)
+	p, err = proc.Start("checkpointd", bin, args, filepath.Join(dir, "checkpointd.log"))
+	return p, socket, err
+}
