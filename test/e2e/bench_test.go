@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"encoding/json"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeconfig.io/test/audit"
 )
@@ -77,4 +81,55 @@ func BenchmarkWritesPerNodePerConfigChange(b *testing.B) {
 	b.ReportMetric(float64(o1-o0)/per, "other-writes/node/change")
 	b.ReportMetric(float64((s1-s0)+(e1-e0)+(n1-n0)+(o1-o0))/per, "writes/node/change")
 	b.ReportMetric(float64(l1-l0)/time.Since(start).Seconds(), "lease-writes/s")
+}
+
+// BenchmarkAssignmentLatency: a ConfigMap edit until the Node's annotation
+// shows the new version active, watched on the Node (no polling).
+func BenchmarkAssignmentLatency(b *testing.B) {
+	e := newEnv(b, 1)
+	node := e.nodes[0].Name
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(3600)})
+	e.waitNode(node, 60*time.Second, "active", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.Active) == cm.ResourceVersion
+	})
+	w, err := e.c.Client.CoreV1().Nodes().Watch(e.ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	var lat, toActive []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		next := e.configMap("cfg", map[string]string{"config.yaml": goodYAML + "# " + strconv.Itoa(i) + "\n"})
+		for done := false; !done; {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					b.Fatal("watch closed")
+				}
+				n, isNode := ev.Object.(*corev1.Node)
+				if !isNode {
+					continue
+				}
+				var st corev1.NodeConfigStatus
+				if json.Unmarshal([]byte(n.Annotations["nodeconfig.io/config-status"]), &st) == nil && rv(st.Active) == next.ResourceVersion {
+					done = true
+				}
+			case <-time.After(30 * time.Second):
+				b.Fatalf("change %d not active after 30 s", i)
+			}
+		}
+		lat = append(lat, time.Since(start))
+		written := e.records(0).GetActive().GetWrittenAt().AsTime()
+		toActive = append(toActive, written.Sub(start))
+	}
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[min(len(lat)-1, len(lat)*99/100)].Microseconds())/1000, "p99-ms")
+	// The part until checkpointd durably recorded the new active config.
+	sort.Slice(toActive, func(i, j int) bool { return toActive[i] < toActive[j] })
+	b.ReportMetric(float64(toActive[len(toActive)/2].Microseconds())/1000, "to-active-record-p50-ms")
 }

@@ -71,7 +71,8 @@ func TestLateErrorIsFixedByNewConfigNotByRetry(t *testing.T) {
 // "Earlier errors (e.g. download or checkpointing errors) will not result
 // in a rollback to LastKnownGood, and may resolve across Kubelet retries."
 func TestEarlyErrorMissingConfigMapRetriesWithBackoffAndHeals(t *testing.T) {
-	e := newEnv(t, 1)
+	// A cap far enough away that the growth is seen even on a slow machine.
+	e := newEnv(t, 1, "--retry-max-delay", "10s")
 	node := e.nodes[0].Name
 	e.use(e.label, "not-yet", nil)
 	e.waitNode(node, 20*time.Second, "download failure reported", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
@@ -79,7 +80,7 @@ func TestEarlyErrorMissingConfigMapRetriesWithBackoffAndHeals(t *testing.T) {
 	})
 	// The delay grows between failures.
 	var first *nodeconfigv1.NodeState
-	err := proc.WaitFor(20*time.Second, func() (bool, error) {
+	err := proc.WaitFor(30*time.Second, func() (bool, error) {
 		st := e.nodeState(node)
 		if first == nil && st.GetFailures() >= 1 {
 			first = st
@@ -89,8 +90,8 @@ func TestEarlyErrorMissingConfigMapRetriesWithBackoffAndHeals(t *testing.T) {
 	if err != nil {
 		t.Fatalf("backoff did not grow: %v (first %v, now %v)", err, first, e.nodeState(node))
 	}
-	if got := e.nodeState(node).GetBackoff().AsDuration(); got > 2*time.Second {
-		t.Fatalf("backoff %v over the configured cap of 2s", got)
+	if got := e.nodeState(node).GetBackoff().AsDuration(); got > 10*time.Second {
+		t.Fatalf("backoff %v over the configured cap of 10s", got)
 	}
 	cm := e.configMap("not-yet", map[string]string{"config.yaml": goodYAML})
 	e.waitNode(node, 20*time.Second, "healed", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {

@@ -120,9 +120,13 @@ func TestMakeRunCommandsWorkAsPrinted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no node rolled back after the printed bad config: %v", err)
 	}
-	out := shell(t, root, kubectl+" get nodeconfig demo -o jsonpath='{.status.conditions[?(@.type==\"Degraded\")].reason}'")
-	if !strings.Contains(out, "RolloutHalted") {
-		t.Fatalf("demo NodeConfig Degraded reason = %q, want RolloutHalted", out)
+	var out string
+	err = proc.WaitFor(30*time.Second, func() (bool, error) {
+		out = shell(t, root, kubectl+" get nodeconfig demo -o jsonpath='{.status.conditions[?(@.type==\"Degraded\")].reason}'")
+		return strings.Contains(out, "RolloutHalted"), nil
+	})
+	if err != nil {
+		t.Fatalf("demo NodeConfig Degraded reason = %q, want RolloutHalted: %v", out, err)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
