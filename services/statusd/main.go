@@ -35,6 +35,8 @@ func run() error {
 	checkpointd := fs.String("checkpointd", "127.0.0.1:7601", "checkpointd gRPC target (host:port or unix:///path)")
 	stateFile := fs.String("state-file", "/var/lib/nodeconfig/statusd-reports.json", "where reported setter outputs are kept across restarts")
 	syncPeriod := fs.Duration("sync-period", 10*time.Second, "mean period of the full status sync (jittered by 4%)")
+	qps := fs.Float64("kube-api-qps", 20, "most API requests per second (client-side limit; client-go's default of 5 delays status bursts)")
+	burst := fs.Int("kube-api-burst", 40, "API requests allowed in a burst above --kube-api-qps")
 	if err := servekit.Parse(fs, "statusd", "Patches the node's NodeConfigReady condition and nodeconfig.io/config-status annotation."); err != nil {
 		return err
 	}
@@ -50,6 +52,7 @@ func run() error {
 		return fmt.Errorf("kubernetes client config: %w", err)
 	}
 	restCfg.UserAgent = "nodeconfig-statusd/" + *nodeName
+	restCfg.QPS, restCfg.Burst = float32(*qps), *burst
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return err
