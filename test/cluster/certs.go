@@ -18,11 +18,11 @@ import (
 // pki is the control plane's throwaway certificate authority and keys, made
 // in pure Go so no openssl is needed.
 type pki struct {
-	caCert, caKey                  string
-	serverCert, serverKey          string
-	adminCert, adminKey            string
-	saPub, saKey                   string
-	caPEM, adminCertPEM, adminKey_ []byte
+	caCert, caKey                    string
+	serverCert, serverKey            string
+	adminCert, adminKey              string
+	saPub, saKey                     string
+	caPEM, adminCertPEM, adminKeyPEM []byte
 }
 
 func newPKI(dir string) (*pki, error) {
@@ -89,7 +89,7 @@ func newPKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	p.adminCertPEM = pemBlock("CERTIFICATE", adminDER)
-	p.adminKey_, _ = os.ReadFile(p.adminKey)
+	p.adminKeyPEM, _ = os.ReadFile(p.adminKey)
 
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -137,7 +137,7 @@ func (p *pki) load() bool {
 	}
 	p.caPEM = read(p.caCert)
 	p.adminCertPEM = read(p.adminCert)
-	p.adminKey_ = read(p.adminKey)
+	p.adminKeyPEM = read(p.adminKey)
 	for _, f := range []string{p.serverCert, p.serverKey, p.saPub, p.saKey} {
 		read(f)
 	}

@@ -161,7 +161,7 @@ func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) error {
 func (c *Cluster) writeKubeconfig() error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["nodeconfig"] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthorityData: c.pki.caPEM}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: c.pki.adminCertPEM, ClientKeyData: c.pki.adminKey_}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: c.pki.adminCertPEM, ClientKeyData: c.pki.adminKeyPEM}
 	cfg.Contexts["nodeconfig"] = &clientcmdapi.Context{Cluster: "nodeconfig", AuthInfo: "admin"}
 	cfg.CurrentContext = "nodeconfig"
 	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)

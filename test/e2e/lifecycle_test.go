@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -34,5 +33,4 @@ func TestAssignedBecomesLastKnownGoodAfterSoak(t *testing.T) {
 			return rv(st.LastKnownGood) == cm.ResourceVersion && reasonIs(c, "Active") && c.Status == corev1.ConditionTrue && st.Error == ""
 		})
 	}
-	_ = strings.TrimSpace
 }

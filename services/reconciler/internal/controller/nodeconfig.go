@@ -12,15 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/pacing"
 )
-
-func labelsEverything() labels.Selector { return labels.Everything() }
 
 // syncNodeConfig keeps the finalizer, handles deletion, and writes status
 // (only when it changed).

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -182,7 +183,7 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, src *nodeconfigv
 }
 
 func (c *Controller) selectedNodes(nc *v1alpha1.NodeConfig) []string {
-	nodes, err := c.o.Nodes.List(labelsEverything())
+	nodes, err := c.o.Nodes.List(labels.Everything())
 	if err != nil {
 		return nil
 	}

@@ -277,9 +277,6 @@ func stateOf(recs *nodeconfigv1.Records) nodeconfigv1.LifecycleState {
 	}
 }
 
-// StateOf is stateOf for callers that only have records (pacing at start).
-func StateOf(recs *nodeconfigv1.Records) nodeconfigv1.LifecycleState { return stateOf(recs) }
-
 func describe(src *nodeconfigv1.ConfigSource) string {
 	if src == nil {
 		return "the local default"
