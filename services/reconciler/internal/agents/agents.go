@@ -33,15 +33,20 @@ type Options struct {
 	DialOptions []grpc.DialOption
 }
 
-// Pool resolves and connects.
+// Pool resolves and connects, one connection per node.
 type Pool struct {
 	o     Options
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[string]agentConn // by node name
+}
+
+type agentConn struct {
+	target string
+	conn   *grpc.ClientConn
 }
 
 // New builds a pool.
-func New(o Options) *Pool { return &Pool{o: o, conns: map[string]*grpc.ClientConn{}} }
+func New(o Options) *Pool { return &Pool{o: o, conns: map[string]agentConn{}} }
 
 // Target returns the gRPC target of a node's checkpointd.
 func (p *Pool) Target(node string) (string, error) {
@@ -83,24 +88,41 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	conn, ok := p.conns[target]
+	c, ok := p.conns[node]
+	if ok && c.target != target {
+		// The agent pod moved (new pod IP): the old connection would only
+		// keep redialing a dead address.
+		_ = c.conn.Close()
+		ok = false
+	}
 	if !ok {
 		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, p.o.DialOptions...)
-		conn, err = grpc.NewClient(target, opts...)
+		conn, err := grpc.NewClient(target, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("agent %s: %w", target, err)
 		}
-		p.conns[target] = conn
+		c = agentConn{target: target, conn: conn}
+		p.conns[node] = c
 	}
-	return nodeconfigv1.NewCheckpointServiceClient(conn), nil
+	return nodeconfigv1.NewCheckpointServiceClient(c.conn), nil
+}
+
+// Forget closes the connection of a node that is gone.
+func (p *Pool) Forget(node string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[node]; ok {
+		_ = c.conn.Close()
+		delete(p.conns, node)
+	}
 }
 
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for t, c := range p.conns {
-		_ = c.Close()
-		delete(p.conns, t)
+	for node, c := range p.conns {
+		_ = c.conn.Close()
+		delete(p.conns, node)
 	}
 }

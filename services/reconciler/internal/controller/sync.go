@@ -293,6 +293,7 @@ func (c *Controller) forgetNode(name string) {
 	delete(c.nodes, name)
 	c.mu.Unlock()
 	c.nodeQ.Forget(name)
+	c.o.Agents.Forget(name)
 	if info != nil && info.NodeConfig != "" {
 		c.ncQ.Add(info.NodeConfig)
 		c.wakeWaiting(info.NodeConfig)

@@ -1,0 +1,69 @@
+package agents
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+func agentPod(name, node, ip string, ready bool) *corev1.Pod {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "nodeconfig-system"},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{PodIP: ip, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}},
+	}
+}
+
+func TestTargetFromTheReadyAgentPodOnTheNode(t *testing.T) {
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, p := range []*corev1.Pod{
+		agentPod("agent-a", "node-a", "10.0.0.1", true),
+		agentPod("agent-b", "node-b", "10.0.0.2", false),
+	} {
+		if err := idx.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := New(Options{Pods: corelisters.NewPodLister(idx), PodSelector: labels.Everything(), Port: 7601})
+	defer pool.Close()
+	if got, err := pool.Target("node-a"); err != nil || got != "10.0.0.1:7601" {
+		t.Fatalf("node-a: %q %v", got, err)
+	}
+	if _, err := pool.Target("node-b"); err == nil {
+		t.Fatal("a not-ready agent pod was used")
+	}
+	if _, err := pool.Target("node-c"); err == nil {
+		t.Fatal("a node without an agent pod got a target")
+	}
+	// The agent pod is replaced with a new IP: the pool dials the new one.
+	if _, err := pool.For("node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Update(agentPod("agent-a", "node-a", "10.0.0.9", true)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.For("node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pool.conns["node-a"].target; got != "10.0.0.9:7601" {
+		t.Fatalf("connection still to %s after the pod moved", got)
+	}
+}
+
+func TestStaticAddressesAndSocketTemplate(t *testing.T) {
+	pool := New(Options{Static: map[string]string{"n1": "127.0.0.1:1"}, SocketTemplate: "/run/{node}/ck.sock"})
+	if got, _ := pool.Target("n1"); got != "127.0.0.1:1" {
+		t.Fatalf("static: %q", got)
+	}
+	if got, _ := pool.Target("n2"); got != "unix:///run/n2/ck.sock" {
+		t.Fatalf("template: %q", got)
+	}
+}
