@@ -57,10 +57,13 @@ type Options struct {
 
 // Controller reconciles nodes and NodeConfigs.
 type Controller struct {
-	o       Options
-	nodeQ   workqueue.TypedRateLimitingInterface[string]
-	ncQ     workqueue.TypedRateLimitingInterface[string]
-	metrics *Metrics
+	o Options
+	// nodeRetry is the node queue's rate limiter; syncNode asks it for the
+	// next delay itself so that GetNode reports the delay actually used.
+	nodeRetry workqueue.TypedRateLimiter[string]
+	nodeQ     workqueue.TypedRateLimitingInterface[string]
+	ncQ       workqueue.TypedRateLimitingInterface[string]
+	metrics   *Metrics
 
 	mu    sync.Mutex
 	nodes map[string]*NodeInfo
@@ -102,12 +105,14 @@ func New(o Options) *Controller {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
+	nodeRetry := newRateLimiter(o.BaseDelay, o.MaxDelay)
 	return &Controller{
-		o:       o,
-		nodeQ:   workqueue.NewTypedRateLimitingQueueWithConfig(newRateLimiter(o.BaseDelay, o.MaxDelay), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
-		ncQ:     workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
-		metrics: o.Metrics,
-		nodes:   map[string]*NodeInfo{},
+		o:         o,
+		nodeRetry: nodeRetry,
+		nodeQ:     workqueue.NewTypedRateLimitingQueueWithConfig(nodeRetry, workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
+		ncQ:       workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
+		metrics:   o.Metrics,
+		nodes:     map[string]*NodeInfo{},
 	}
 }
 
@@ -196,7 +201,12 @@ func (c *Controller) processNext(ctx context.Context, name string, q workqueue.T
 	c.metrics.syncSeconds.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	if err != nil {
 		c.metrics.syncs.WithLabelValues(name, "error").Inc()
-		q.AddRateLimited(key)
+		if after > 0 {
+			// The sync already took its delay from the rate limiter.
+			q.AddAfter(key, after)
+		} else {
+			q.AddRateLimited(key)
+		}
 		return true
 	}
 	c.metrics.syncs.WithLabelValues(name, "ok").Inc()

@@ -109,8 +109,8 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	c.emit(node, nc, res.Events)
 	next := c.record(node, nc, res)
 	if res.Err != nil {
-		c.o.Log.Info("node sync failed; retrying with backoff", "node", name, "err", res.Err, "retry_in", c.nodeQ.NumRequeues(name))
-		return 0, res.Err
+		c.o.Log.Info("node sync failed; retrying with backoff", "node", name, "err", res.Err, "retry_in", next)
+		return next, res.Err
 	}
 	return next, nil
 }
@@ -196,7 +196,8 @@ func (c *Controller) selectedNodes(nc *v1alpha1.NodeConfig) []string {
 	return out
 }
 
-// record stores the sync's outcome and returns when to look again.
+// record stores the sync's outcome and returns when to look again; after
+// an early error, that is the rate limiter's next delay.
 func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res policy.Result) time.Duration {
 	c.mu.Lock()
 	info := c.infoLocked(node.Name)
@@ -211,11 +212,8 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 	}
 	if res.Err != nil {
 		info.Err = res.Err.Error()
-		info.Failures = c.nodeQ.NumRequeues(node.Name) + 1
-		info.Backoff = c.o.BaseDelay << min(info.Failures-1, 16)
-		if info.Backoff > c.o.MaxDelay {
-			info.Backoff = c.o.MaxDelay
-		}
+		info.Backoff = c.nodeRetry.When(node.Name)
+		info.Failures = c.nodeRetry.NumRequeues(node.Name)
 		info.NextReconcile = c.o.Now().Add(info.Backoff)
 	} else {
 		info.Err, info.Failures, info.Backoff = "", 0, 0
@@ -227,7 +225,7 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 		// The trial, if any, is over.
 		info.Admitted = false
 	}
-	var next time.Duration
+	next := info.Backoff
 	if res.Err == nil {
 		switch {
 		case res.RequeueAfter > 0:
