@@ -4,6 +4,7 @@
 package proc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Process is one started child.
@@ -172,24 +175,22 @@ func FreeAddr() (string, error) {
 	return fmt.Sprintf("127.0.0.1:%d", port), nil
 }
 
-// WaitFor polls cond until it is true or timeout passes.
+// WaitFor polls cond every 25 ms until it is true or timeout passes. An
+// error from cond means "not yet"; the last one explains a timeout.
 func WaitFor(timeout time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
 	var last error
-	for {
+	err := wait.PollUntilContextTimeout(context.Background(), 25*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		ok, err := cond()
-		if ok {
-			return nil
-		}
 		last = err
-		if time.Now().After(deadline) {
-			if last == nil {
-				last = errors.New("condition not met")
-			}
-			return fmt.Errorf("after %s: %w", timeout, last)
-		}
-		time.Sleep(25 * time.Millisecond)
+		return ok, nil
+	})
+	if err == nil {
+		return nil
 	}
+	if last == nil {
+		last = errors.New("condition not met")
+	}
+	return fmt.Errorf("after %s: %w", timeout, last)
 }
 
 // RepoRoot finds the directory holding go.work, from the working directory up.
