@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
@@ -29,12 +32,29 @@ func run() error {
 	maxWatchers := fs.Int("max-watchers", 64, "most concurrent WatchRecords streams")
 	gcInterval := fs.Duration("gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
 	gcMinAge := fs.Duration("gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for TokenReview with --auth=token; empty means in-cluster config")
 	noFsync := fs.Bool("unsafe-no-fsync", false, "skip fsync of the store (tests and benchmarks only: a crash can lose writes)")
 	if err := servekit.Parse(fs, "checkpointd", "Stores config checkpoints and the assigned/active/lastKnownGood/error records of one node."); err != nil {
 		return err
 	}
 	log, err := sf.Logger("checkpointd")
 	if err != nil {
+		return err
+	}
+	if sf.Auth == "token" {
+		// Only TokenReview: the store never talks to the API server.
+		restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+		if err != nil {
+			return fmt.Errorf("kubernetes client config for --auth=token: %w", err)
+		}
+		restCfg.UserAgent = "nodeconfig-checkpointd"
+		client, err := authenticationv1client.NewForConfig(restCfg)
+		if err != nil {
+			return err
+		}
+		sf.TokenReviews = client.TokenReviews()
+	}
+	if err := sf.Check(); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(*stateDir, 0o700); err != nil {

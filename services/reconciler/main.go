@@ -60,6 +60,9 @@ func run() error {
 	agentNamespace := fs.String("agent-namespace", "nodeconfig-system", "namespace of the agent pods (in-cluster discovery)")
 	agentSelector := fs.String("agent-selector", "app.kubernetes.io/name=nodeconfig-agent", "label selector of the agent pods")
 	agentPort := fs.Int("agent-port", 7601, "checkpointd's gRPC port in the agent pods")
+	agentCA := fs.String("agent-ca-file", "", "CA (PEM) of the agents' serving certificates; set, agent calls use TLS")
+	agentServerName := fs.String("agent-tls-server-name", "nodeconfig-agent.nodeconfig-system.svc", "name the agents' certificate is checked against")
+	agentToken := fs.String("agent-token-file", "", "ServiceAccount token (audience nodeconfig-agent) sent on every agent call; reread as it rotates")
 	workers := fs.Int("workers", 8, "concurrent node syncs")
 	baseDelay := fs.Duration("retry-base-delay", 2*time.Second, "first retry delay after an early error (doubles per failure)")
 	maxDelay := fs.Duration("retry-max-delay", 2*time.Minute, "cap of the retry delay")
@@ -91,11 +94,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	agentDial, err := agents.Credentials(*agentCA, *agentServerName, *agentToken)
+	if err != nil {
+		return err
+	}
 	if *identity == "" {
 		host, _ := os.Hostname()
 		*identity = fmt.Sprintf("%s_%d", host, os.Getpid())
 	}
 
+	sf.TokenReviews = kube.AuthenticationV1().TokenReviews()
 	srv := servekit.New(sf, log)
 	metrics := controller.NewMetrics(srv.Registry)
 	var current atomic.Pointer[controller.Controller]
@@ -114,7 +122,7 @@ func run() error {
 		ncs := dynFactory.ForResource(v1alpha1.GroupVersionResource)
 		synced := []cache.InformerSynced{nodes.Informer().HasSynced, cms.Informer().HasSynced, ncs.Informer().HasSynced}
 
-		pool := agents.Options{Static: static, SocketTemplate: *socketTemplate, Port: *agentPort}
+		pool := agents.Options{Static: static, SocketTemplate: *socketTemplate, Port: *agentPort, DialOptions: agentDial}
 		var podFactory informers.SharedInformerFactory
 		var podInformer cache.SharedIndexInformer
 		if len(static) == 0 && *socketTemplate == "" {

@@ -7,6 +7,7 @@ package servekit
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +28,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+
+	"nodeconfig.io/services/servekit/authn"
 )
 
 // MaxMessageBytes bounds every gRPC message: a ConfigMap is at most 1 MiB,
@@ -40,7 +44,21 @@ type Flags struct {
 	MetricsAddr string
 	LogFormat   string
 	LogLevel    string
+	allowSet    bool
+
+	// Auth is "none" (only loopback TCP allowed) or "token" (TLS and a
+	// ServiceAccount token checked by TokenReview on TCP).
+	Auth        string
+	TLSCertFile string
+	TLSKeyFile  string
+	Audience    string
+	Allowed     []string
+	// TokenReviews is set by the service's main when Auth is "token".
+	TokenReviews authenticationv1client.TokenReviewInterface
 }
+
+// ReconcilerIdentity is who drives the agents in the shipped manifests.
+const ReconcilerIdentity = "system:serviceaccount:nodeconfig-system:nodeconfig-reconciler"
 
 // Register adds the common flags to fs with the service's defaults.
 func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics string) {
@@ -49,6 +67,60 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics string)
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", defaultMetrics, "HTTP address for /metrics and /healthz; empty disables it")
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.Auth, "auth", "none", "who may call over TCP: none (only allowed on a loopback --listen) or token (TLS plus a ServiceAccount token verified by TokenReview); the unix socket is always trusted")
+	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM) for TCP; reread when the file changes")
+	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "private key (PEM) of --tls-cert-file")
+	fs.StringVar(&f.Audience, "auth-audience", "nodeconfig-agent", "audience callers' tokens must be minted for (--auth=token)")
+	f.Allowed = []string{ReconcilerIdentity}
+	fs.Func("auth-allow", "user allowed to call over TCP with --auth=token, e.g. "+ReconcilerIdentity+" (repeatable; default that one)", func(v string) error {
+		if v == "" {
+			return errors.New("empty user")
+		}
+		if !f.allowSet {
+			f.Allowed, f.allowSet = nil, true
+		}
+		f.Allowed = append(f.Allowed, v)
+		return nil
+	})
+}
+
+// Check refuses flag combinations that would serve unauthenticated callers
+// from other hosts or cannot work.
+func (f *Flags) Check() error {
+	switch f.Auth {
+	case "none":
+		if f.Listen != "" && !loopback(f.Listen) {
+			return fmt.Errorf("--listen %s is reachable from other hosts: use --auth=token with --tls-cert-file and --tls-key-file, or listen on 127.0.0.1", f.Listen)
+		}
+	case "token":
+		if f.Listen != "" && (f.TLSCertFile == "" || f.TLSKeyFile == "") {
+			return errors.New("--auth=token needs --tls-cert-file and --tls-key-file: tokens must not cross the network in clear text")
+		}
+		if f.Audience == "" || len(f.Allowed) == 0 {
+			return errors.New("--auth=token needs --auth-audience and at least one --auth-allow")
+		}
+		if f.TokenReviews == nil {
+			return errors.New("--auth=token needs a Kubernetes client for TokenReview (--kubeconfig or in-cluster)")
+		}
+	default:
+		return fmt.Errorf("--auth %q: want none or token", f.Auth)
+	}
+	if (f.TLSCertFile == "") != (f.TLSKeyFile == "") {
+		return errors.New("--tls-cert-file and --tls-key-file go together")
+	}
+	return nil
+}
+
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Logger builds the process logger from the flags.
@@ -78,12 +150,21 @@ type Server struct {
 	Registry *prometheus.Registry
 	flags    Flags
 	log      *slog.Logger
+	checkErr error
 }
 
 // New builds a server. Extra options (interceptors, credentials) are
 // appended to the defaults.
 func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) *Server {
+	registry := prometheus.NewRegistry()
+	checkErr := flags.Check()
+	var guard *authn.Guard
+	if flags.Auth == "token" && checkErr == nil {
+		guard = authn.New(flags.TokenReviews, flags.Audience, flags.Allowed, registry)
+	}
 	opts := append([]grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(guard.Unary()),
+		grpc.ChainStreamInterceptor(guard.Stream()),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.MaxConcurrentStreams(256),
@@ -92,9 +173,10 @@ func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) *Server {
 	s := &Server{
 		GRPC:     grpc.NewServer(opts...),
 		Health:   health.NewServer(),
-		Registry: prometheus.NewRegistry(),
+		Registry: registry,
 		flags:    flags,
 		log:      log,
+		checkErr: checkErr,
 	}
 	healthpb.RegisterHealthServer(s.GRPC, s.Health)
 	reflection.Register(s.GRPC)
@@ -106,6 +188,9 @@ func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) *Server {
 // SIGTERM/SIGINT arrives, then stops gracefully. The service must be
 // registered before calling it; its health is set to SERVING here.
 func (s *Server) Serve(ctx context.Context, serviceName string) error {
+	if s.checkErr != nil {
+		return s.checkErr
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -119,6 +204,18 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 		l, err := net.Listen("tcp", s.flags.Listen)
 		if err != nil {
 			return fmt.Errorf("listen on --listen %s: %w", s.flags.Listen, err)
+		}
+		if s.flags.TLSCertFile != "" {
+			kp, err := newKeyPairReloader(s.flags.TLSCertFile, s.flags.TLSKeyFile)
+			if err != nil {
+				_ = l.Close()
+				return err
+			}
+			l = tls.NewListener(l, &tls.Config{
+				GetCertificate: kp.get,
+				MinVersion:     tls.VersionTLS13,
+				NextProtos:     []string{"h2"},
+			})
 		}
 		listeners = append(listeners, l)
 	}
@@ -143,7 +240,16 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+		// /healthz mirrors gRPC health: kubelet gRPC probes cannot speak TLS,
+		// so probes of a TLS port use this instead.
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+			resp, err := s.Health.Check(r.Context(), &healthpb.HealthCheckRequest{})
+			if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				http.Error(w, "not serving", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok\n"))
+		})
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = metricsSrv.Serve(ml) }()
 		s.log.Info("serving metrics", "addr", ml.Addr().String())

@@ -67,6 +67,7 @@ func run() error {
 	}
 	defer conn.Close()
 
+	sf.TokenReviews = client.AuthenticationV1().TokenReviews()
 	srv := servekit.New(sf, log)
 	var syncer *nodesync.Syncer
 	follower := recordwatch.New(nodeconfigv1.NewCheckpointServiceClient(conn), *checkpointd, log, func() { syncer.Trigger() })

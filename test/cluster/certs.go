@@ -143,3 +143,55 @@ func (p *pki) load() bool {
 	}
 	return err == nil
 }
+
+// AgentTLS is a CA and one serving certificate for every agent, as the
+// shipped manifests expect them in the nodeconfig-agent-tls Secret: the
+// certificate names the fixed service name (pod IPs are unknown ahead) and
+// 127.0.0.1 for local runs.
+type AgentTLS struct {
+	CAFile, CertFile, KeyFile string
+	ServerName                string
+}
+
+// NewAgentTLS writes a fresh agent CA and certificate into dir.
+func NewAgentTLS(dir string) (AgentTLS, error) {
+	t := AgentTLS{
+		CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"),
+		ServerName: "nodeconfig-agent.nodeconfig-system.svc",
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return t, err
+	}
+	now := time.Now().Add(-time.Hour)
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return t, err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nodeconfig-agent-ca"},
+		NotBefore: now, NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return t, err
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return t, err
+	}
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: t.ServerName},
+		NotBefore: now, NotAfter: now.Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{t.ServerName}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return t, err
+	}
+	if err := os.WriteFile(t.CAFile, pemBlock("CERTIFICATE", caDER), 0o600); err != nil {
+		return t, err
+	}
+	return t, writeKeyPair(t.CertFile, t.KeyFile, der, key)
+}

@@ -96,7 +96,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		"--client-ca-file", c.pki.caCert,
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", c.pki.saPub, "--service-account-signing-key-file", c.pki.saKey,
-		"--api-audiences", "https://kubernetes.default.svc,nodeconfig-agent",
+		"--api-audiences", "https://kubernetes.default.svc",
 		"--authorization-mode", "RBAC",
 		"--endpoint-reconciler-type", "none",
 		"--disable-admission-plugins", "ServiceAccount",

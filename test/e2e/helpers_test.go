@@ -41,6 +41,14 @@ type env struct {
 // are unique per test, so tests do not see each other's nodes.
 func newEnv(t testing.TB, n int, reconcilerArgs ...string) *env {
 	t.Helper()
+	e := newNodes(t, n, func(int) sim.NodeOptions { return sim.NodeOptions{} })
+	e.startReconciler("r0", reconcilerArgs...)
+	return e
+}
+
+// newNodes starts n nodes with the given options and no reconciler.
+func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	c := cluster.Shared
@@ -62,7 +70,9 @@ func newEnv(t testing.TB, n int, reconcilerArgs ...string) *env {
 		t.Fatal(err)
 	}
 	for i := range n {
-		node, err := sim.StartNode(ctx, c, root, fmt.Sprintf("%s-%d", short, i), map[string]string{"e2e": short})
+		o := options(i)
+		o.Labels = map[string]string{"e2e": short}
+		node, err := sim.StartNodeWith(ctx, c, root, fmt.Sprintf("%s-%d", short, i), o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +98,6 @@ func newEnv(t testing.TB, n int, reconcilerArgs ...string) *env {
 			_ = os.RemoveAll(root)
 		}
 	})
-	e.startReconciler("r0", reconcilerArgs...)
 	return e
 }
 

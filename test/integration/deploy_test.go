@@ -56,6 +56,8 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 		{agent, "update nodeconfigs.nodeconfig.io", false},
 		{agent, "create pods -n nodeconfig-system", false},
 		{agent, "create events", false},
+		{agent, "create tokenreviews.authentication.k8s.io", true},
+		{agent, "create serviceaccounts/token -n nodeconfig-system", false},
 		{reconciler, "list nodeconfigs.nodeconfig.io", true},
 		{reconciler, "watch nodeconfigs.nodeconfig.io", true},
 		{reconciler, "update nodeconfigs.nodeconfig.io --subresource=status", true},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -130,4 +131,41 @@ func run(t *testing.T, name string, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// A service never serves unauthenticated callers from other hosts, and
+// never sends or accepts tokens in clear text: such flags stop it at once
+// with a message that says what to set.
+func TestServicesRefuseInsecureListenFlags(t *testing.T) {
+	dir, err := os.MkdirTemp("", "nc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	for _, tc := range []struct {
+		service string
+		args    []string
+		want    string
+	}{
+		{"checkpointd", []string{"--listen", "0.0.0.0:0"}, "reachable from other hosts"},
+		{"statusd", []string{"--listen", "[::]:0", "--node-name", "n"}, "reachable from other hosts"},
+		{"checkpointd", []string{"--listen", "127.0.0.1:0", "--auth=token", "--kubeconfig", cluster.Shared.Kubeconfig}, "needs --tls-cert-file"},
+		{"checkpointd", []string{"--auth=maybe"}, `--auth "maybe"`},
+		{"reconciler", []string{"--agent-token-file", "/dev/null"}, "needs --agent-ca-file"},
+	} {
+		bin, err := proc.Binary(tc.service)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"--metrics-addr", "", "--state-dir", filepath.Join(dir, "state"), "--target-dir", filepath.Join(dir, "target")}, tc.args...)
+		if tc.service != "checkpointd" {
+			args = append([]string{"--metrics-addr", "", "--kubeconfig", cluster.Shared.Kubeconfig}, tc.args...)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s %v: err %v, output %q; want a failure saying %q", tc.service, tc.args, err, out, tc.want)
+		}
+	}
 }

@@ -52,6 +52,7 @@ type NodeOptions struct {
 	CheckpointdAddr string // default: a free loopback port
 	StatusdAddr     string // default: a free loopback port
 	StatusdArgs     []string
+	CheckpointdArgs []string
 }
 
 // StartNode creates the Node object (if missing) and starts its agents.
@@ -99,10 +100,10 @@ func StartNodeWith(ctx context.Context, c *cluster.Cluster, root, name string, o
 			return nil, err
 		}
 	}
-	n.Checkpointd, err = proc.Start(name+"/checkpointd", ckBin, []string{
+	n.Checkpointd, err = proc.Start(name+"/checkpointd", ckBin, append([]string{
 		"--listen", n.CheckpointdAddr, "--socket", n.Socket, "--metrics-addr", "",
 		"--state-dir", filepath.Join(dir, "state"), "--target-dir", n.TargetDir, "--target-file", TargetFile,
-	}, filepath.Join(dir, "checkpointd.log"))
+	}, o.CheckpointdArgs...), filepath.Join(dir, "checkpointd.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +117,8 @@ func StartNodeWith(ctx context.Context, c *cluster.Cluster, root, name string, o
 		n.Stop()
 		return nil, err
 	}
-	if err := WaitServing(n.CheckpointdAddr, 20*time.Second); err != nil {
+	// The socket, not the TCP port: the port may want TLS and a token.
+	if err := WaitServing("unix://"+n.Socket, 20*time.Second); err != nil {
 		n.Stop()
 		return nil, fmt.Errorf("checkpointd of %s: %w\n%s", name, err, n.Checkpointd.Tail(2000))
 	}

@@ -4,17 +4,24 @@
 package agents
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials/oauth"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/transport"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
@@ -29,8 +36,41 @@ type Options struct {
 	Pods        corelisters.PodLister
 	PodSelector labels.Selector
 	Port        int
-	// DialOptions are extra options (credentials) for every connection.
+	// DialOptions are extra options (credentials) for every connection;
+	// without transport credentials among them the connection is plain.
 	DialOptions []grpc.DialOption
+}
+
+// Credentials are the dial options of an in-cluster reconciler: TLS that
+// trusts only the agents' CA (every agent serves a certificate for
+// serverName, since pod IPs are not known ahead) and, on every call, the
+// projected ServiceAccount token in tokenFile, reread as the kubelet
+// rotates it. The token is never sent without TLS.
+func Credentials(caFile, serverName, tokenFile string) ([]grpc.DialOption, error) {
+	if caFile == "" {
+		if tokenFile != "" {
+			return nil, errors.New("--agent-token-file needs --agent-ca-file: the token must not cross the network in clear text")
+		}
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--agent-ca-file: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--agent-ca-file %s: no PEM certificate in it", caFile)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+		RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS13,
+	}))}
+	if tokenFile != "" {
+		if _, err := os.Stat(tokenFile); err != nil {
+			return nil, fmt.Errorf("--agent-token-file: %w", err)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(oauth.TokenSource{TokenSource: transport.NewCachedFileTokenSource(tokenFile)}))
+	}
+	return opts, nil
 }
 
 // Pool resolves and connects, one connection per node.
@@ -96,7 +136,10 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, error) {
 		ok = false
 	}
 	if !ok {
-		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, p.o.DialOptions...)
+		opts := p.o.DialOptions
+		if len(opts) == 0 {
+			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		}
 		conn, err := grpc.NewClient(target, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("agent %s: %w", target, err)

@@ -1,0 +1,249 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/cluster"
+	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/sim"
+)
+
+const (
+	agentAudience = "nodeconfig-agent"
+	reconcilerSA  = "nodeconfig-reconciler"
+)
+
+// secureEnv is one node whose checkpointd and statusd serve TCP with TLS
+// and --auth=token, verifying tokens with the shared API server's
+// TokenReview, as the DaemonSet runs them.
+type secureEnv struct {
+	*env
+	tls cluster.AgentTLS
+}
+
+func newSecureEnv(t *testing.T) *secureEnv {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "nc-tls-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	agentTLS, err := cluster.NewAgentTLS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := []string{"--auth=token", "--tls-cert-file", agentTLS.CertFile, "--tls-key-file", agentTLS.KeyFile}
+	e := newNodes(t, 1, func(int) sim.NodeOptions {
+		return sim.NodeOptions{
+			CheckpointdArgs: append([]string{"--kubeconfig", cluster.Shared.Kubeconfig}, auth...),
+			StatusdArgs:     auth,
+		}
+	})
+	if err := sim.EnsureNamespace(e.ctx, e.c, "nodeconfig-system"); err != nil {
+		t.Fatal(err)
+	}
+	for _, sa := range []string{reconcilerSA, "intruder"} {
+		_, err := e.c.Client.CoreV1().ServiceAccounts("nodeconfig-system").Create(e.ctx,
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	return &secureEnv{env: e, tls: agentTLS}
+}
+
+// token mints a ServiceAccount token as the kubelet projects it.
+func (e *secureEnv) token(sa string, audiences ...string) string {
+	e.t.Helper()
+	tr, err := e.c.Client.CoreV1().ServiceAccounts("nodeconfig-system").CreateToken(e.ctx, sa, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{Audiences: audiences, ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// dialTLS connects as the reconciler does: trusting only the agent CA.
+func (e *secureEnv) dialTLS(target string) *grpc.ClientConn {
+	e.t.Helper()
+	pem, err := os.ReadFile(e.tls.CAFile)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: e.tls.ServerName})))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// call invokes method with an empty request (the guard runs before any
+// request validation) and returns the status code.
+func call(ctx context.Context, conn *grpc.ClientConn, method string, streaming bool, token string) codes.Code {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var opts []grpc.CallOption
+	if token != "" {
+		opts = append(opts, grpc.PerRPCCredentials(bearerToken(token)))
+	}
+	if !streaming {
+		return status.Code(conn.Invoke(ctx, method, &emptypb.Empty{}, &emptypb.Empty{}, opts...))
+	}
+	s, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method, opts...)
+	if err == nil {
+		if err = s.SendMsg(&emptypb.Empty{}); err == nil {
+			_ = s.CloseSend()
+			err = s.RecvMsg(&emptypb.Empty{})
+		}
+	}
+	return status.Code(err)
+}
+
+type bearerToken string
+
+func (b bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+func (bearerToken) RequireTransportSecurity() bool { return true }
+
+type rpc struct {
+	method    string
+	streaming bool
+}
+
+func methods(desc grpc.ServiceDesc) []rpc {
+	var out []rpc
+	for _, m := range desc.Methods {
+		out = append(out, rpc{"/" + desc.ServiceName + "/" + m.MethodName, false})
+	}
+	for _, s := range desc.Streams {
+		out = append(out, rpc{"/" + desc.ServiceName + "/" + s.StreamName, true})
+	}
+	return out
+}
+
+// Every RPC of both agent services, over TLS, against the real TokenReview:
+// no token and a token minted for another audience are Unauthenticated, a
+// good token of another ServiceAccount is PermissionDenied; the reconciler's
+// token and the local unix socket get through; health stays open for probes.
+func TestAgentRPCsRefuseUnauthenticatedAndWrongIdentityCallers(t *testing.T) {
+	e := newSecureEnv(t)
+	node := e.nodes[0]
+	callers := []struct {
+		name  string
+		token string
+		want  codes.Code // codes.OK: anything but a refusal
+	}{
+		{"no token", "", codes.Unauthenticated},
+		{"garbage token", "not-a-jwt", codes.Unauthenticated},
+		{"reconciler token for the API server's audience", e.token(reconcilerSA), codes.Unauthenticated},
+		{"another ServiceAccount's agent token", e.token("intruder", agentAudience), codes.PermissionDenied},
+		{"the reconciler's agent token", e.token(reconcilerSA, agentAudience), codes.OK},
+	}
+	services := []struct {
+		addr, socket string
+		desc         grpc.ServiceDesc
+	}{
+		{node.CheckpointdAddr, node.Socket, nodeconfigv1.CheckpointService_ServiceDesc},
+		{node.StatusdAddr, node.StatusdSocket, nodeconfigv1.StatusService_ServiceDesc},
+	}
+	tried := 0
+	for _, svc := range services {
+		conn := e.dialTLS(svc.addr)
+		local, err := sim.Dial("unix://" + svc.socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer local.Close()
+		for _, m := range methods(svc.desc) {
+			for _, c := range callers {
+				got := call(e.ctx, conn, m.method, m.streaming, c.token)
+				tried++
+				refused := got == codes.Unauthenticated || got == codes.PermissionDenied
+				if (c.want == codes.OK && refused) || (c.want != codes.OK && got != c.want) {
+					t.Errorf("%s by %s over TLS: code %v, want %v", m.method, c.name, got, c.want)
+				}
+			}
+			if got := call(e.ctx, local, m.method, m.streaming, ""); got == codes.Unauthenticated || got == codes.PermissionDenied {
+				t.Errorf("%s over the unix socket: refused with %v", m.method, got)
+			}
+		}
+		if got := call(e.ctx, conn, "/grpc.health.v1.Health/Check", false, ""); got != codes.OK {
+			t.Errorf("health over TLS without a token: %v, want OK (kubelet probes)", got)
+		}
+		// Without TLS the server's handshake fails: nothing is served in clear.
+		plain, err := grpc.NewClient(svc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := call(e.ctx, plain, methods(svc.desc)[0].method, false, ""); got != codes.Unavailable {
+			t.Errorf("plaintext call to %s: %v, want Unavailable", svc.addr, got)
+		}
+		_ = plain.Close()
+	}
+	t.Logf("%d protected calls checked", tried)
+}
+
+// A reconciler with the agent CA and its projected-style token file drives
+// a node that requires TLS and TokenReview all the way to promotion; the
+// same reconciler with another ServiceAccount's token gets nowhere.
+func TestReconcilerDrivesAuthenticatedAgentOverTLS(t *testing.T) {
+	e := newSecureEnv(t)
+	node := e.nodes[0]
+	tokenFile := filepath.Join(e.root, "agent-token")
+	if err := os.WriteFile(tokenFile, []byte(e.token("intruder", agentAudience)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--agent-address", node.Name + "=" + node.CheckpointdAddr,
+		"--agent-ca-file", e.tls.CAFile, "--agent-token-file", tokenFile}
+	e.startReconciler("r0", args...)
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.nodeConfig(e.label, map[string]any{
+		"source":      map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}},
+		"soakSeconds": 1,
+	}, nil)
+	var last *nodeconfigv1.NodeState
+	if err := proc.WaitFor(20*time.Second, func() (bool, error) {
+		last = e.nodeState(node.Name)
+		return strings.Contains(last.GetError(), "PermissionDenied") && last.GetFailures() >= 2, nil
+	}); err != nil {
+		t.Fatalf("the reconciler with another identity should be refused: %v; last state %v", err, last)
+	}
+	if _, ok := node.Target(); ok {
+		t.Fatal("a reconciler with the wrong identity got a config written")
+	}
+	e.reconciler.Close()
+	e.reconciler = nil
+
+	if err := os.WriteFile(tokenFile, []byte(e.token(reconcilerSA, agentAudience)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.startReconciler("r1", args...)
+	e.waitNode(node.Name, 30*time.Second, "promoted over TLS", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.LastKnownGood) == cm.ResourceVersion && reasonIs(c, "Active")
+	})
+}
