@@ -1,0 +1,148 @@
+package crash
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/sim"
+)
+
+// readOnly bind-mounts dir read-only over itself until the returned undo,
+// which the test's cleanup also runs. A real read-only filesystem, not a
+// permission bit (root ignores those).
+func readOnly(t *testing.T, dir string) (undo func()) {
+	t.Helper()
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		if errors.Is(err, syscall.EPERM) {
+			t.Skipf("a read-only bind mount needs CAP_SYS_ADMIN: %v", err)
+		}
+		t.Fatal(err)
+	}
+	mounted := true
+	undo = func() {
+		if mounted {
+			mounted = false
+			if err := syscall.Unmount(dir, 0); err != nil {
+				t.Errorf("unmount %s: %v", dir, err)
+			}
+		}
+	}
+	t.Cleanup(undo)
+	if err := syscall.Mount("", dir, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	return undo
+}
+
+func cycle(ctx context.Context, c nodeconfigv1.CheckpointServiceClient, v int) error {
+	if _, err := c.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: source(v), Data: map[string]string{"config.yaml": payloadFor(v)}}); err != nil {
+		return err
+	}
+	if _, err := c.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: source(v), SoakSeconds: 1}); err != nil {
+		return err
+	}
+	if _, err := c.Activate(ctx, &nodeconfigv1.ActivateRequest{}); err != nil {
+		return err
+	}
+	_, err := c.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: source(v)})
+	return err
+}
+
+// A read-only target directory fails activation with the cause and leaves
+// the running config's file alone; a read-only state directory stops
+// checkpointd at start with the cause and the store untouched. Both recover
+// when the directory is writable again, with last-known-good intact.
+func TestReadOnlyDirectoriesFailClearlyAndRecover(t *testing.T) {
+	dir, err := os.MkdirTemp("", "nc-ro-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	stateDir, targetDir := filepath.Join(dir, "state"), filepath.Join(dir, "target")
+	p, socket, err := sim.StartCheckpointd(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := sim.WaitServing("unix://"+socket, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := sim.Dial("unix://" + socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := nodeconfigv1.NewCheckpointServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cycle(ctx, client, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	// Target directory read-only while running.
+	undoTarget := readOnly(t, targetDir)
+	err = cycle(ctx, client, 2)
+	if err == nil || !strings.Contains(err.Error(), "read-only file system") {
+		t.Fatalf("activating onto a read-only target dir: %v, want an error naming it", err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(targetDir, sim.TargetFile)); string(got) != payloadFor(1) {
+		t.Fatalf("target file changed under a read-only dir (%d bytes)", len(got))
+	}
+	recs, err := client.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lkg := recs.GetRecords().GetLastKnownGood().GetSource().GetResourceVersion(); lkg != "1" {
+		t.Fatalf("last-known-good after the failed activation: %q, want 1", lkg)
+	}
+	undoTarget()
+	if err := cycle(ctx, client, 2); err != nil {
+		t.Fatalf("after the target dir is writable again: %v", err)
+	}
+
+	// State directory read-only at start.
+	if err := p.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(stateDir, "checkpoints.db")
+	before, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	undoState := readOnly(t, stateDir)
+	if err := p.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("checkpointd started on a read-only state dir:\n%s", p.Tail(2000))
+	}
+	if p.ExitError() == nil || !strings.Contains(p.Tail(2000), "read-only file system") {
+		t.Fatalf("checkpointd on a read-only state dir: exit %v, want a failure naming it:\n%s", p.ExitError(), p.Tail(2000))
+	}
+	undoState()
+	if after, _ := os.ReadFile(db); !bytes.Equal(before, after) {
+		t.Fatal("the store changed while its directory was read-only")
+	}
+	if err := p.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lkg := resp.GetRecords().GetLastKnownGood().GetSource().GetResourceVersion(); lkg != "2" {
+		t.Fatalf("last-known-good after recovery: %q, want 2", lkg)
+	}
+}
