@@ -82,7 +82,7 @@ test: lint build testbin images ## lint, then every unit and integration test, a
 bench: build testbin ## the performance figures (see docs/performance.md)
 	go test -run '^$$' -bench . -benchtime $(BENCHTIME) nodeconfig.io/services/...
 	go test -run '^$$' -bench AssignmentLatency -benchtime 200x nodeconfig.io/test/e2e
-	go test -run '^$$' -bench WritesPerNode -benchtime 3x nodeconfig.io/test/e2e
+	go test -run '^$$' -bench 'WritesPerNode|SteadyState' -benchtime 3x nodeconfig.io/test/e2e
 
 fuzz: ## fuzz each target for FUZZTIME (default 30s)
 	@hack/fuzz.sh $(FUZZTIME)

@@ -63,6 +63,7 @@ func run() error {
 	agentCA := fs.String("agent-ca-file", "", "CA (PEM) of the agents' serving certificates; set, agent calls use TLS")
 	agentServerName := fs.String("agent-tls-server-name", "nodeconfig-agent.nodeconfig-system.svc", "name the agents' certificate is checked against")
 	agentToken := fs.String("agent-token-file", "", "ServiceAccount token (audience nodeconfig-agent) sent on every agent call; reread as it rotates")
+	nodeEvents := fs.String("node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
 	workers := fs.Int("workers", 8, "concurrent node syncs")
 	baseDelay := fs.Duration("retry-base-delay", 2*time.Second, "first retry delay after an early error (doubles per failure)")
 	maxDelay := fs.Duration("retry-max-delay", 2*time.Minute, "cap of the retry delay")
@@ -93,6 +94,9 @@ func run() error {
 	dyn, err := dynamic.NewForConfig(restCfg)
 	if err != nil {
 		return err
+	}
+	if *nodeEvents != "warnings" && *nodeEvents != "all" {
+		return fmt.Errorf("--node-events %q: want warnings or all", *nodeEvents)
 	}
 	agentDial, err := agents.Credentials(*agentCA, *agentServerName, *agentToken)
 	if err != nil {
@@ -144,7 +148,7 @@ func run() error {
 		c := controller.New(controller.Options{
 			Kube: kube, Dynamic: dyn,
 			Nodes: nodes.Lister(), ConfigMaps: cms.Lister(), NodeConfigs: ncs.Lister(), Synced: synced,
-			Agents: agentPool, Recorder: recorder, Metrics: metrics, Log: log,
+			Agents: agentPool, Recorder: recorder, NormalNodeEvents: *nodeEvents == "all", Metrics: metrics, Log: log,
 			BaseDelay: *baseDelay, MaxDelay: *maxDelay,
 		})
 		nodeH, cmH, ncH, podH := c.Handlers()

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeconfig.io/test/audit"
+	"nodeconfig.io/test/sim"
 )
 
 // BenchmarkWritesPerNodePerConfigChange counts, in the API server's audit
@@ -34,8 +35,78 @@ func BenchmarkWritesPerNodePerConfigChange(b *testing.B) {
 	waitAll(cm.ResourceVersion)
 	// Let trailing status writes of the first rollout land before counting.
 	time.Sleep(2 * time.Second)
+	count := writeCounter(b, e)
+	w0 := count()
+	start := time.Now()
+	b.ResetTimer()
+	for i := range b.N {
+		next := e.configMap("cfg", map[string]string{"config.yaml": goodYAML + "# change " + string(rune('a'+i%26)) + "\n"})
+		waitAll(next.ResourceVersion)
+	}
+	b.StopTimer()
+	time.Sleep(2 * time.Second)
+	w := count().minus(w0)
+	per := float64(nodes * b.N)
+	b.ReportMetric(float64(w.statusd)/per, "statusd-writes/node/change")
+	b.ReportMetric(float64(w.events)/per, "event-writes/node/change")
+	b.ReportMetric(float64(w.nodeConfig)/per, "nodeconfig-writes/node/change")
+	b.ReportMetric(float64(w.other)/per, "other-writes/node/change")
+	b.ReportMetric(float64(w.total())/per, "writes/node/change")
+	b.ReportMetric(float64(w.leases)/time.Since(start).Seconds(), "lease-writes/s")
+}
+
+// BenchmarkSteadyStateWritesPerNodePerHour: with every node on its
+// last-known-good and nothing changing, statusd re-syncs every second and
+// the reconciler re-reconciles every node every second (both far more
+// often than their defaults); neither may write. Each iteration watches
+// the audit log for 10 s.
+func BenchmarkSteadyStateWritesPerNodePerHour(b *testing.B) {
+	const nodes = 3
+	e := newNodes(b, nodes, func(int) sim.NodeOptions {
+		return sim.NodeOptions{StatusdArgs: []string{"--sync-period", "1s"}}
+	})
+	e.startReconciler("r0")
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.nodeConfig(e.label, map[string]any{
+		"source":      map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}},
+		"soakSeconds": int64(1),
+	}, map[string]string{v1alpha1ReconcileInterval: "1"})
+	for _, n := range e.nodes {
+		e.waitNode(n.Name, 60*time.Second, "promoted", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+			return rv(st.LastKnownGood) == cm.ResourceVersion && reasonIs(c, "Active")
+		})
+	}
+	e.waitEvent("NodeConfig", e.label, "RolloutComplete", 10*time.Second)
+	time.Sleep(2 * time.Second) // trailing writes of the rollout
+	count := writeCounter(b, e)
+	w0 := count()
+	start := time.Now()
+	b.ResetTimer()
+	for range b.N {
+		time.Sleep(10 * time.Second) // the observation window
+	}
+	b.StopTimer()
+	w := count().minus(w0)
+	hours := time.Since(start).Hours()
+	b.ReportMetric(float64(w.total())/nodes/hours, "writes/node/hour")
+	b.ReportMetric(float64(w.total()), "writes-in-window")
+}
+
+const v1alpha1ReconcileInterval = "nodeconfig.io/reconcile-interval-in-seconds"
+
+// writes are nodeconfig's API writes from the audit log by kind.
+type writes struct{ statusd, events, nodeConfig, leases, other int }
+
+func (w writes) minus(o writes) writes {
+	return writes{w.statusd - o.statusd, w.events - o.events, w.nodeConfig - o.nodeConfig, w.leases - o.leases, w.other - o.other}
+}
+
+// total leaves out lease renewals: they are per replica, not per node.
+func (w writes) total() int { return w.statusd + w.events + w.nodeConfig + w.other }
+
+func writeCounter(b *testing.B, e *env) func() writes {
 	logPath := filepath.Join(e.c.Dir, "audit.log")
-	count := func() (statusd, events, nodeConfig, leases, other int) {
+	return func() (w writes) {
 		_, err := audit.Count(logPath, func(ev audit.Event) bool {
 			switch ev.Verb {
 			case "create", "update", "patch", "delete":
@@ -47,40 +118,23 @@ func BenchmarkWritesPerNodePerConfigChange(b *testing.B) {
 			}
 			switch {
 			case strings.HasPrefix(ev.UserAgent, "nodeconfig-statusd"):
-				statusd++
+				w.statusd++
 			case ev.ObjectRef.Resource == "events":
-				events++
+				w.events++
 			case ev.ObjectRef.Resource == "nodeconfigs":
-				nodeConfig++
+				w.nodeConfig++
 			case ev.ObjectRef.Resource == "leases":
-				leases++
+				w.leases++
 			default:
-				other++
+				w.other++
 			}
 			return false
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		return
+		return w
 	}
-	s0, e0, n0, l0, o0 := count()
-	start := time.Now()
-	b.ResetTimer()
-	for i := range b.N {
-		next := e.configMap("cfg", map[string]string{"config.yaml": goodYAML + "# change " + string(rune('a'+i%26)) + "\n"})
-		waitAll(next.ResourceVersion)
-	}
-	b.StopTimer()
-	time.Sleep(2 * time.Second)
-	s1, e1, n1, l1, o1 := count()
-	per := float64(nodes * b.N)
-	b.ReportMetric(float64(s1-s0)/per, "statusd-writes/node/change")
-	b.ReportMetric(float64(e1-e0)/per, "event-writes/node/change")
-	b.ReportMetric(float64(n1-n0)/per, "nodeconfig-writes/node/change")
-	b.ReportMetric(float64(o1-o0)/per, "other-writes/node/change")
-	b.ReportMetric(float64((s1-s0)+(e1-e0)+(n1-n0)+(o1-o0))/per, "writes/node/change")
-	b.ReportMetric(float64(l1-l0)/time.Since(start).Seconds(), "lease-writes/s")
 }
 
 // BenchmarkAssignmentLatency: a ConfigMap edit until the Node's annotation

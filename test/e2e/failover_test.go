@@ -13,10 +13,10 @@ import (
 // HA: the leader is killed mid-soak; the standby takes over through the
 // Lease and promotes at the soak's durable end, exactly once.
 func TestLeaderFailoverMidSoakPromotesOnTime(t *testing.T) {
-	e := newEnv(t, 1)
+	e := newEnv(t, 1, "--node-events=all")
 	n := e.nodes[0]
 	leader := e.reconciler
-	standby := e.startReconciler("r1")
+	standby := e.startReconciler("r1", "--node-events=all")
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
 	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(8)})
 	e.waitNode(n.Name, 20*time.Second, "soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {

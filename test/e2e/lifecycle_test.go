@@ -33,4 +33,16 @@ func TestAssignedBecomesLastKnownGoodAfterSoak(t *testing.T) {
 			return rv(st.LastKnownGood) == cm.ResourceVersion && reasonIs(c, "Active") && c.Status == corev1.ConditionTrue && st.Error == ""
 		})
 	}
+	// One event for the whole rollout; per-node Normal events are opt-in.
+	e.waitEvent("NodeConfig", e.label, "RolloutComplete", 10*time.Second)
+	if got := e.events(t, "NodeConfig", e.label, "RolloutComplete"); len(got) != 1 || got[0].Count != 1 {
+		t.Fatalf("RolloutComplete events: %+v, want one", got)
+	}
+	for _, n := range e.nodes {
+		for _, reason := range []string{"ConfigActivated", "ConfigPromoted"} {
+			if got := e.events(t, "Node", n.Name, reason); len(got) != 0 {
+				t.Fatalf("node %s has %d %s events; the default --node-events=warnings records none", n.Name, len(got), reason)
+			}
+		}
+	}
 }

@@ -24,7 +24,7 @@ func TestAPIServerOutageMidRolloutLosesNothing(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("OUTAGE_SECONDS")); err == nil {
 		outage = time.Duration(v) * time.Second
 	}
-	e := newEnv(t, 3)
+	e := newEnv(t, 3, "--node-events=all")
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
 	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(10)})
 	for _, n := range e.nodes {

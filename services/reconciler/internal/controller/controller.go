@@ -45,7 +45,12 @@ type Options struct {
 	Synced      []cache.InformerSynced
 	Agents      *agents.Pool
 	Recorder    record.EventRecorder
-	Metrics     *Metrics
+	// NormalNodeEvents also records each node's Normal transitions
+	// (activated, promoted) as Events. Off by default: at fleet scale they
+	// are two API writes per node per change that the Node's condition and
+	// annotation already show; warnings are always recorded.
+	NormalNodeEvents bool
+	Metrics          *Metrics
 	Log         *slog.Logger
 	// BaseDelay and MaxDelay bound the per-node exponential retry (seed
 	// 002: 2 s doubling, capped at 2 min).
@@ -397,7 +402,7 @@ func (c *Controller) emit(node *corev1.Node, nc *v1alpha1.NodeConfig, events []p
 		case policy.EventRolledBack:
 			c.metrics.rollbacks.Inc()
 		}
-		if c.o.Recorder == nil {
+		if c.o.Recorder == nil || (!e.Warning && !c.o.NormalNodeEvents) {
 			continue
 		}
 		c.o.Recorder.Event(nodeRef(node), typ, e.Reason, e.Message)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,6 +52,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 	if reflect.DeepEqual(status, nc.Status) {
 		return 0, nil
 	}
+	wasReady := meta.IsStatusConditionTrue(nc.Status.Conditions, v1alpha1.ConditionReady)
 	nc.Status = status
 	u, err := v1alpha1.ToUnstructured(nc)
 	if err != nil {
@@ -62,6 +64,11 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 			return time.Second, nil
 		}
 		return 0, fmt.Errorf("update status: %w", err)
+	}
+	// One Normal event per rollout, however many nodes it took.
+	if !wasReady && meta.IsStatusConditionTrue(status.Conditions, v1alpha1.ConditionReady) && c.o.Recorder != nil {
+		c.o.Recorder.Eventf(nodeConfigRef(nc), corev1.EventTypeNormal, "RolloutComplete",
+			"all %d selected node(s) have this config active and last-known-good", status.Selected)
 	}
 	return 0, nil
 }
