@@ -51,7 +51,7 @@ type Options struct {
 	// annotation already show; warnings are always recorded.
 	NormalNodeEvents bool
 	Metrics          *Metrics
-	Log         *slog.Logger
+	Log              *slog.Logger
 	// BaseDelay and MaxDelay bound the per-node exponential retry (seed
 	// 002: 2 s doubling, capped at 2 min).
 	BaseDelay, MaxDelay time.Duration
