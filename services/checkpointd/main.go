@@ -6,17 +6,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/checkpointd/internal/lifecycle"
-	"nodeconfig.io/services/checkpointd/internal/materialize"
-	"nodeconfig.io/services/checkpointd/internal/store"
+	"nodeconfig.io/services/checkpointd/server"
 	"nodeconfig.io/services/servekit"
 )
 
@@ -57,30 +53,19 @@ func run() error {
 	if err := sf.Check(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
-		return fmt.Errorf("create --state-dir: %w", err)
-	}
-	st, err := store.Open(filepath.Join(*stateDir, "checkpoints.db"), store.Options{NoSync: *noFsync})
+	srv := servekit.New(sf, log)
+	ckd, err := server.Open(server.Options{
+		StateDir: *stateDir, TargetDir: *targetDir, TargetFile: *targetFile, NoSync: *noFsync,
+		MaxWatchers: *maxWatchers, Registerer: srv.Registry, Log: log,
+	})
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-
-	srv := servekit.New(sf, log)
-	svc := lifecycle.New(lifecycle.Options{
-		Store:       st,
-		Target:      materialize.Target{Dir: *targetDir, Name: *targetFile},
-		Metrics:     lifecycle.NewMetrics(srv.Registry),
-		Log:         log,
-		MaxWatchers: *maxWatchers,
-	})
-	if err := svc.Recover(); err != nil {
-		return fmt.Errorf("recover the active config at start: %w", err)
-	}
-	nodeconfigv1.RegisterCheckpointServiceServer(srv.GRPC, svc)
+	defer ckd.Close()
+	ckd.Register(srv.GRPC)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go svc.RunGC(ctx, *gcInterval, *gcMinAge)
+	go ckd.RunGC(ctx, *gcInterval, *gcMinAge)
 	return srv.Serve(ctx, nodeconfigv1.CheckpointService_ServiceDesc.ServiceName)
 }

@@ -49,6 +49,17 @@ func (a agentAddresses) Set(v string) error {
 	return nil
 }
 
+// slim drops what the reconciler never reads from cached objects.
+func slim(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	if n, ok := obj.(*corev1.Node); ok {
+		n.Status = corev1.NodeStatus{}
+	}
+	return obj, nil
+}
+
 func run() error {
 	fs := flag.NewFlagSet("reconciler", flag.ContinueOnError)
 	var sf servekit.Flags
@@ -64,6 +75,7 @@ func run() error {
 	agentServerName := fs.String("agent-tls-server-name", "nodeconfig-agent.nodeconfig-system.svc", "name the agents' certificate is checked against")
 	agentToken := fs.String("agent-token-file", "", "ServiceAccount token (audience nodeconfig-agent) sent on every agent call; reread as it rotates")
 	nodeEvents := fs.String("node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
+	maxConns := fs.Int("agent-max-connections", 256, "most agent connections kept open (least recently used closed first)")
 	workers := fs.Int("workers", 8, "concurrent node syncs")
 	baseDelay := fs.Duration("retry-base-delay", 2*time.Second, "first retry delay after an early error (doubles per failure)")
 	maxDelay := fs.Duration("retry-max-delay", 2*time.Minute, "cap of the retry delay")
@@ -119,14 +131,17 @@ func run() error {
 	}})
 
 	lead := func(ctx context.Context) {
-		factory := informers.NewSharedInformerFactory(kube, 0)
+		// The cached objects lose what the reconciler never reads: managed
+		// fields, and on Nodes the image list and status (real Nodes carry
+		// kilobytes of them, times the fleet).
+		factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTransform(slim))
 		nodes := factory.Core().V1().Nodes()
 		cms := factory.Core().V1().ConfigMaps()
 		dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 		ncs := dynFactory.ForResource(v1alpha1.GroupVersionResource)
 		synced := []cache.InformerSynced{nodes.Informer().HasSynced, cms.Informer().HasSynced, ncs.Informer().HasSynced}
 
-		pool := agents.Options{Static: static, SocketTemplate: *socketTemplate, Port: *agentPort, DialOptions: agentDial}
+		pool := agents.Options{Static: static, SocketTemplate: *socketTemplate, Port: *agentPort, DialOptions: agentDial, MaxConnections: *maxConns}
 		var podFactory informers.SharedInformerFactory
 		var podInformer cache.SharedIndexInformer
 		if len(static) == 0 && *socketTemplate == "" {

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -44,6 +45,7 @@ type Flags struct {
 	MetricsAddr string
 	LogFormat   string
 	LogLevel    string
+	Profiling   bool
 	allowSet    bool
 
 	// Auth is "none" (only loopback TCP allowed) or "token" (TLS and a
@@ -67,6 +69,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics string)
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", defaultMetrics, "HTTP address for /metrics and /healthz; empty disables it")
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&f.Profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on --metrics-addr")
 	fs.StringVar(&f.Auth, "auth", "none", "who may call over TCP: none (only allowed on a loopback --listen) or token (TLS plus a ServiceAccount token verified by TokenReview); the unix socket is always trusted")
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM) for TCP; reread when the file changes")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "private key (PEM) of --tls-cert-file")
@@ -250,6 +253,12 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 			}
 			_, _ = w.Write([]byte("ok\n"))
 		})
+		if s.flags.Profiling {
+			mux.HandleFunc("/debug/pprof/", pprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = metricsSrv.Serve(ml) }()
 		s.log.Info("serving metrics", "addr", ml.Addr().String())

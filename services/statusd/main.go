@@ -11,17 +11,12 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/servekit"
-	"nodeconfig.io/services/statusd/internal/nodesync"
-	"nodeconfig.io/services/statusd/internal/recordwatch"
-	"nodeconfig.io/services/statusd/internal/reports"
-	"nodeconfig.io/services/statusd/internal/setters"
-	"nodeconfig.io/services/statusd/internal/statusapi"
+	"nodeconfig.io/services/statusd/server"
 )
 
 func main() { servekit.Main(run) }
@@ -57,10 +52,6 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	store, err := reports.Open(*stateFile)
-	if err != nil {
-		return err
-	}
 	conn, err := grpc.NewClient(*checkpointd, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("--checkpointd %s: %w", *checkpointd, err)
@@ -69,31 +60,20 @@ func run() error {
 
 	sf.TokenReviews = client.AuthenticationV1().TokenReviews()
 	srv := servekit.New(sf, log)
-	var syncer *nodesync.Syncer
-	follower := recordwatch.New(nodeconfigv1.NewCheckpointServiceClient(conn), *checkpointd, log, func() { syncer.Trigger() })
-	chain := func() []setters.Named {
-		list := []setters.Named{
-			{Name: "ConfigStatus", Builtin: true, Set: setters.ConfigStatus(follower.Records)},
-			{Name: "NodeConfigReady", Builtin: true, Set: setters.NodeConfigReady(follower.Records)},
-		}
-		for _, name := range store.Names() {
-			list = append(list, setters.Named{Name: name, Set: setters.Reported(func() ([]metav1.Condition, []string) { return store.Conditions(name) })})
-		}
-		return list
+	sd, err := server.New(server.Options{
+		Client: client, NodeName: *nodeName,
+		Checkpointd: nodeconfigv1.NewCheckpointServiceClient(conn), Target: *checkpointd,
+		StateFile: *stateFile, SyncPeriod: *syncPeriod, Registerer: srv.Registry, Log: log,
+	})
+	if err != nil {
+		return err
 	}
-	syncer = nodesync.New(nodesync.Options{
-		Client: client, NodeName: *nodeName, Setters: chain, SyncPeriod: *syncPeriod,
-		Registerer: srv.Registry, Log: log,
-	})
-	nodeconfigv1.RegisterStatusServiceServer(srv.GRPC, &statusapi.Service{
-		NodeName: *nodeName, Reports: store, Syncer: syncer, Setters: chain, Records: follower.Records,
-	})
+	sd.Register(srv.GRPC)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go follower.Run(ctx)
 	go func() {
-		if err := syncer.Run(ctx); err != nil && ctx.Err() == nil {
+		if err := sd.Run(ctx); err != nil {
 			log.Error("node status sync stopped", "err", err)
 			cancel()
 		}

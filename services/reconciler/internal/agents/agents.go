@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -22,9 +24,13 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/transport"
+	"k8s.io/utils/lru"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
+
+// idleTimeout is how long a node's connection stays up without calls.
+const idleTimeout = 30 * time.Second
 
 // Options say where agents are.
 type Options struct {
@@ -39,6 +45,9 @@ type Options struct {
 	// DialOptions are extra options (credentials) for every connection;
 	// without transport credentials among them the connection is plain.
 	DialOptions []grpc.DialOption
+	// MaxConnections bounds the open connections (least recently used
+	// closed first), so memory does not grow with the fleet; default 256.
+	MaxConnections int
 }
 
 // Credentials are the dial options of an in-cluster reconciler: TLS that
@@ -73,11 +82,12 @@ func Credentials(caFile, serverName, tokenFile string) ([]grpc.DialOption, error
 	return opts, nil
 }
 
-// Pool resolves and connects, one connection per node.
+// Pool resolves and connects, one connection per node, keeping the most
+// recently used ones open.
 type Pool struct {
 	o     Options
 	mu    sync.Mutex
-	conns map[string]agentConn // by node name
+	conns *lru.Cache // node name -> agentConn
 }
 
 type agentConn struct {
@@ -86,7 +96,23 @@ type agentConn struct {
 }
 
 // New builds a pool.
-func New(o Options) *Pool { return &Pool{o: o, conns: map[string]agentConn{}} }
+func New(o Options) *Pool {
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = 256
+	}
+	return &Pool{o: o, conns: lru.NewWithEvictionFunc(o.MaxConnections, func(_ lru.Key, v any) {
+		_ = v.(agentConn).conn.Close()
+	})}
+}
+
+// conn returns the open connection of a node, if any.
+func (p *Pool) conn(node string) (agentConn, bool) {
+	v, ok := p.conns.Get(node)
+	if !ok {
+		return agentConn{}, false
+	}
+	return v.(agentConn), true
+}
 
 // Target returns the gRPC target of a node's checkpointd.
 func (p *Pool) Target(node string) (string, error) {
@@ -128,11 +154,11 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c, ok := p.conns[node]
+	c, ok := p.conn(node)
 	if ok && c.target != target {
 		// The agent pod moved (new pod IP): the old connection would only
 		// keep redialing a dead address.
-		_ = c.conn.Close()
+		p.conns.Remove(node)
 		ok = false
 	}
 	if !ok {
@@ -140,12 +166,17 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, error) {
 		if len(opts) == 0 {
 			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 		}
+		// One connection per node adds up at fleet scale: share write
+		// buffers between flushes, keep the read buffer small (payloads
+		// are read in one go anyway), and let a node's connection go idle
+		// (no goroutines, no transport) between its syncs.
+		opts = append(slices.Clip(opts), grpc.WithSharedWriteBuffer(true), grpc.WithReadBufferSize(4<<10), grpc.WithIdleTimeout(idleTimeout))
 		conn, err := grpc.NewClient(target, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("agent %s: %w", target, err)
 		}
 		c = agentConn{target: target, conn: conn}
-		p.conns[node] = c
+		p.conns.Add(node, c)
 	}
 	return nodeconfigv1.NewCheckpointServiceClient(c.conn), nil
 }
@@ -154,18 +185,12 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, error) {
 func (p *Pool) Forget(node string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.conns[node]; ok {
-		_ = c.conn.Close()
-		delete(p.conns, node)
-	}
+	p.conns.Remove(node)
 }
 
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for node, c := range p.conns {
-		_ = c.conn.Close()
-		delete(p.conns, node)
-	}
+	p.conns.Clear()
 }

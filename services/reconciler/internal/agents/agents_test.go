@@ -53,8 +53,8 @@ func TestTargetFromTheReadyAgentPodOnTheNode(t *testing.T) {
 	if _, err := pool.For("node-a"); err != nil {
 		t.Fatal(err)
 	}
-	if got := pool.conns["node-a"].target; got != "10.0.0.9:7601" {
-		t.Fatalf("connection still to %s after the pod moved", got)
+	if got, _ := pool.conn("node-a"); got.target != "10.0.0.9:7601" {
+		t.Fatalf("connection still to %s after the pod moved", got.target)
 	}
 }
 
@@ -65,5 +65,28 @@ func TestStaticAddressesAndSocketTemplate(t *testing.T) {
 	}
 	if got, _ := pool.Target("n2"); got != "unix:///run/n2/ck.sock" {
 		t.Fatalf("template: %q", got)
+	}
+}
+
+// The pool keeps at most MaxConnections open, closing the least recently
+// used, so the reconciler's memory does not grow with the fleet.
+func TestPoolClosesLeastRecentlyUsedBeyondTheBound(t *testing.T) {
+	pool := New(Options{SocketTemplate: "/run/{node}/ck.sock", MaxConnections: 2})
+	defer pool.Close()
+	for _, n := range []string{"n1", "n2", "n1", "n3"} {
+		if _, err := pool.For(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pool.conns.Len() != 2 {
+		t.Fatalf("%d connections open, want 2", pool.conns.Len())
+	}
+	if _, ok := pool.conn("n2"); ok {
+		t.Fatal("n2, the least recently used, is still open")
+	}
+	for _, n := range []string{"n1", "n3"} {
+		if _, ok := pool.conn(n); !ok {
+			t.Fatalf("%s was closed", n)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -72,6 +73,9 @@ type Controller struct {
 
 	mu    sync.Mutex
 	nodes map[string]*NodeInfo
+
+	selMu     sync.Mutex
+	selectors map[selectorKey]labels.Selector
 }
 
 // NodeInfo is what the reconciler knows of one node; ReconcilerService
@@ -118,6 +122,7 @@ func New(o Options) *Controller {
 		ncQ:       workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
 		metrics:   o.Metrics,
 		nodes:     map[string]*NodeInfo{},
+		selectors: map[selectorKey]labels.Selector{},
 	}
 }
 
@@ -281,12 +286,38 @@ func toNodeConfig(obj any) (*v1alpha1.NodeConfig, error) {
 	return v1alpha1.FromUnstructured(u.Object)
 }
 
-func selects(nc *v1alpha1.NodeConfig, node *corev1.Node) bool {
+// selector is a NodeConfig's node selector, parsed once per generation:
+// parsing validates with regular expressions, and admission asks for the
+// selected nodes on every node sync (it was most of the CPU of a 1,000-node
+// rollout).
+func (c *Controller) selector(nc *v1alpha1.NodeConfig) labels.Selector {
 	if nc.Spec.NodeSelector == nil {
-		return false
+		return labels.Nothing()
+	}
+	key := selectorKey{nc.UID, nc.Generation}
+	c.selMu.Lock()
+	defer c.selMu.Unlock()
+	if sel, ok := c.selectors[key]; ok {
+		return sel
 	}
 	sel, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector)
-	return err == nil && sel.Matches(labels.Set(node.Labels))
+	if err != nil {
+		sel = labels.Nothing()
+	}
+	if len(c.selectors) > 1024 {
+		clear(c.selectors) // old generations; cheap to parse again
+	}
+	c.selectors[key] = sel
+	return sel
+}
+
+type selectorKey struct {
+	uid        types.UID
+	generation int64
+}
+
+func (c *Controller) selects(nc *v1alpha1.NodeConfig, node *corev1.Node) bool {
+	return c.selector(nc).Matches(labels.Set(node.Labels))
 }
 
 func (c *Controller) enqueueNode(obj any) {
@@ -339,14 +370,12 @@ func (c *Controller) enqueueForNodeConfig(old, cur any) {
 }
 
 func (c *Controller) enqueueSelected(nc *v1alpha1.NodeConfig) {
-	nodes, err := c.o.Nodes.List(labels.Everything())
+	nodes, err := c.o.Nodes.List(c.selector(nc))
 	if err != nil {
 		return
 	}
 	for _, n := range nodes {
-		if selects(nc, n) {
-			c.nodeQ.Add(n.Name)
-		}
+		c.nodeQ.Add(n.Name)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -47,7 +46,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	}
 	var matches []*v1alpha1.NodeConfig
 	for _, nc := range ncs {
-		if selects(nc, node) {
+		if c.selects(nc, node) {
 			matches = append(matches, nc)
 		}
 	}
@@ -183,15 +182,13 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, src *nodeconfigv
 }
 
 func (c *Controller) selectedNodes(nc *v1alpha1.NodeConfig) []string {
-	nodes, err := c.o.Nodes.List(labels.Everything())
+	nodes, err := c.o.Nodes.List(c.selector(nc))
 	if err != nil {
 		return nil
 	}
-	var out []string
+	out := make([]string, 0, len(nodes))
 	for _, n := range nodes {
-		if selects(nc, n) {
-			out = append(out, n.Name)
-		}
+		out = append(out, n.Name)
 	}
 	return out
 }

@@ -1,0 +1,77 @@
+// Package server is checkpointd as a library: one node's store, its
+// lifecycle service and garbage collection, ready to register on a gRPC
+// server. The checkpointd binary is this plus flags and listeners; the
+// fleet benchmark runs thousands of them in one process.
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/lifecycle"
+	"nodeconfig.io/services/checkpointd/internal/materialize"
+	"nodeconfig.io/services/checkpointd/internal/store"
+)
+
+// Options say where a node's state and config live.
+type Options struct {
+	StateDir   string // holds checkpoints.db
+	TargetDir  string // the active config is written here
+	TargetFile string
+	// NoSync skips fsync (tests and benchmarks only).
+	NoSync      bool
+	MaxWatchers int
+	Registerer  prometheus.Registerer // nil: no metrics
+	Log         *slog.Logger
+}
+
+// Checkpointd is an open store with its service.
+type Checkpointd struct {
+	store   *store.Store
+	service *lifecycle.Service
+}
+
+// Open opens (or creates) the store and brings the target file in line
+// with the active record, as at every start.
+func Open(o Options) (*Checkpointd, error) {
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	st, err := store.Open(filepath.Join(o.StateDir, "checkpoints.db"), store.Options{NoSync: o.NoSync})
+	if err != nil {
+		return nil, err
+	}
+	svc := lifecycle.New(lifecycle.Options{
+		Store:       st,
+		Target:      materialize.Target{Dir: o.TargetDir, Name: o.TargetFile},
+		Metrics:     lifecycle.NewMetrics(o.Registerer),
+		Log:         o.Log,
+		MaxWatchers: o.MaxWatchers,
+	})
+	if err := svc.Recover(); err != nil {
+		_ = st.Close()
+		return nil, fmt.Errorf("recover the active config at start: %w", err)
+	}
+	return &Checkpointd{store: st, service: svc}, nil
+}
+
+// Register adds the CheckpointService to s.
+func (c *Checkpointd) Register(s *grpc.Server) {
+	nodeconfigv1.RegisterCheckpointServiceServer(s, c.service)
+}
+
+// RunGC sweeps unreferenced checkpoints every interval until ctx ends.
+func (c *Checkpointd) RunGC(ctx context.Context, interval, minAge time.Duration) {
+	c.service.RunGC(ctx, interval, minAge)
+}
+
+// Close closes the store.
+func (c *Checkpointd) Close() error { return c.store.Close() }

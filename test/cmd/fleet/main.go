@@ -1,0 +1,568 @@
+// Command fleet measures a rollout to a fleet of simulated nodes on a real
+// API server: every node is a real Node object with a real checkpointd store
+// and a real statusd, run in this process (thousands of processes would
+// not fit the machine), talking gRPC over a unix socket each; the
+// reconciler is the real binary. It prints how long the fleet takes to show
+// a new config active, the reconciler's memory, and the API writes.
+//
+//	go run ./test/cmd/fleet -nodes 1000
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	checkpointd "nodeconfig.io/services/checkpointd/server"
+	statusd "nodeconfig.io/services/statusd/server"
+	"nodeconfig.io/test/audit"
+	"nodeconfig.io/test/cluster"
+	"nodeconfig.io/test/proc"
+)
+
+const (
+	statusAnnotation = "nodeconfig.io/config-status"
+	namespace        = "fleet"
+	label            = "nodeconfig.io/fleet"
+)
+
+func main() {
+	nodes := flag.Int("nodes", 1000, "simulated nodes")
+	fsync := flag.Bool("fsync", false, "fsync every store commit; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
+	workers := flag.Int("workers", 16, "the reconciler's --workers")
+	keep := flag.Bool("keep", false, "keep the state directory")
+	profiles := flag.String("profile", "", "write CPU profiles of the reconciler, the agents and the API server during the config change, and the reconciler's heap after it, to this directory")
+	flag.Parse()
+	if err := run(*nodes, *fsync, *workers, *keep, *profiles); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int, fsync bool, workers int, keep bool, profiles string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	root, err := os.MkdirTemp("", "ncf-")
+	if err != nil {
+		return err
+	}
+	if !keep {
+		defer os.RemoveAll(root)
+	}
+	fmt.Printf("fleet of %d nodes (fsync %v), state in %s\n", n, fsync, root)
+	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(root, "cluster"), AuditLog: true})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+	adminCfg := rest.CopyConfig(c.Config)
+	adminCfg.QPS, adminCfg.Burst = 5000, 10000
+	admin, err := kubernetes.NewForConfig(adminCfg)
+	if err != nil {
+		return err
+	}
+
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("fleet-%05d", i)
+	}
+	t0 := time.Now()
+	if err := forEach(names, 64, func(name string) error {
+		_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name: name, Labels: map[string]string{label: "bench", "kubernetes.io/hostname": name},
+		}}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("create nodes: %w", err)
+	}
+	fmt.Printf("  %d Node objects created in %v\n", n, since(t0))
+
+	watch := newActiveWatch(admin, n)
+	go watch.run(ctx)
+
+	t0 = time.Now()
+	agents, err := startAgents(ctx, c, root, names, fsync)
+	if err != nil {
+		return err
+	}
+	defer agents.stop()
+	if err := watch.waitReported(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	fmt.Printf("  %d agents started and reporting in %v\n", n, since(t0))
+
+	reconciler, metricsAddr, err := startReconciler(c, root, workers)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = reconciler.Stop(10 * time.Second) }()
+
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(adminCfg)
+	if err != nil {
+		return err
+	}
+
+	// First rollout: nothing assigned yet.
+	start := time.Now()
+	cm, err := admin.CoreV1().ConfigMaps(namespace).Create(ctx, configMap(1), metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	if err := createNodeConfig(ctx, dyn); err != nil {
+		return err
+	}
+	first, err := watch.waitActive(ctx, cm.ResourceVersion, start, 5*time.Minute)
+	if err != nil {
+		return err
+	}
+	report("first rollout (nothing assigned before)", first)
+	if err := watch.waitPromoted(ctx, cm.ResourceVersion, 5*time.Minute); err != nil {
+		return err
+	}
+
+	// The figure: a config change on a fleet running its last-known-good.
+	writesBefore, err := countWrites(c)
+	if err != nil {
+		return err
+	}
+	var stopProfiles func() error
+	if profiles != "" {
+		if stopProfiles, err = startProfiles(ctx, profiles, metricsAddr, admin); err != nil {
+			return err
+		}
+	}
+	start = time.Now()
+	next := configMap(2)
+	next.ResourceVersion = cm.ResourceVersion
+	if cm, err = admin.CoreV1().ConfigMaps(namespace).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	change, err := watch.waitActive(ctx, cm.ResourceVersion, start, 5*time.Minute)
+	if err != nil {
+		return err
+	}
+	report("config change (target: all active <= 10 s)", change)
+	if stopProfiles != nil {
+		if err := stopProfiles(); err != nil {
+			return err
+		}
+		fmt.Printf("  profiles in %s\n", profiles)
+	}
+	if err := watch.waitPromoted(ctx, cm.ResourceVersion, 5*time.Minute); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second) // trailing NodeConfig status writes
+	writesAfter, err := countWrites(c)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  API writes for the change, to last-known-good: %.2f per node (%d in all; target <= 3)\n",
+		float64(writesAfter-writesBefore)/float64(n), writesAfter-writesBefore)
+	peak, rss, err := memory(reconciler.Pid())
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  reconciler memory: peak RSS %d MiB, now %d MiB (target <= 100 MiB)\n", peak>>10, rss>>10)
+	if b, err := fetch("http://" + metricsAddr + "/metrics"); err == nil {
+		var parts []string
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, m := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "go_goroutines", "go_memstats_heap_released_bytes", "go_memstats_heap_idle_bytes"} {
+				if f := strings.Fields(line); len(f) == 2 && f[0] == m {
+					v, _ := strconv.ParseFloat(f[1], 64)
+					if m != "go_goroutines" {
+						v /= 1 << 20
+					}
+					parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(m, "go_memstats_"), v))
+				}
+			}
+		}
+		fmt.Printf("    (%s; MiB)\n", strings.Join(parts, ", "))
+	}
+	fmt.Printf("RESULT nodes=%d all_active_s=%.2f p50_ms=%d p99_ms=%d reconciler_peak_rss_mib=%d writes_per_node=%.2f\n",
+		n, change.all().Seconds(), change.pct(50).Milliseconds(), change.pct(99).Milliseconds(), peak>>10,
+		float64(writesAfter-writesBefore)/float64(n))
+	return nil
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
+
+// forEach runs fn over items with at most par at a time.
+func forEach(items []string, par int, fn func(string) error) error {
+	var g errgroup.Group
+	g.SetLimit(par)
+	for _, it := range items {
+		g.Go(func() error { return fn(it) })
+	}
+	return g.Wait()
+}
+
+func configMap(v int) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubelet", Namespace: namespace},
+		Data:       map[string]string{"config.yaml": fmt.Sprintf("maxPods: %d\nlogging:\n  verbosity: 2\n", 100+v)},
+	}
+}
+
+func createNodeConfig(ctx context.Context, dyn dynamic.Interface) error {
+	gvr := schema.GroupVersionResource{Group: "nodeconfig.io", Version: "v1alpha1", Resource: "nodeconfigs"}
+	_, err := dyn.Resource(gvr).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "nodeconfig.io/v1alpha1", "kind": "NodeConfig",
+		"metadata": map[string]any{"name": "fleet"},
+		"spec": map[string]any{
+			"nodeSelector": map[string]any{"matchLabels": map[string]any{label: "bench"}},
+			"source":       map[string]any{"configMap": map[string]any{"namespace": namespace, "name": "kubelet", "key": "config.yaml"}},
+			"soakSeconds":  int64(20),
+			"rollout":      map[string]any{"maxInTrial": "100%"},
+		},
+	}}, metav1.CreateOptions{})
+	return err
+}
+
+// agents are the in-process checkpointd and statusd of every node.
+type agents struct {
+	servers []*grpc.Server
+	conns   []*grpc.ClientConn
+	stores  []*checkpointd.Checkpointd
+	mu      sync.Mutex
+}
+
+func startAgents(ctx context.Context, c *cluster.Cluster, root string, names []string, fsync bool) (*agents, error) {
+	logFile, err := os.Create(filepath.Join(root, "agents.log"))
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Every statusd has its own client and rate limit, as on real nodes;
+	// they share one HTTP transport so the process does not open thousands
+	// of connections.
+	cfg := rest.CopyConfig(c.Config)
+	cfg.QPS, cfg.Burst = 20, 40
+	cfg.UserAgent = "nodeconfig-statusd/fleet"
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a := &agents{}
+	err = forEach(names, 32, func(name string) error {
+		dir := filepath.Join(root, "n", name)
+		ckd, err := checkpointd.Open(checkpointd.Options{
+			StateDir: filepath.Join(dir, "state"), TargetDir: filepath.Join(dir, "target"), TargetFile: "config.yaml",
+			NoSync: !fsync, MaxWatchers: 4, Log: log.With("node", name),
+		})
+		if err != nil {
+			return err
+		}
+		srv := grpc.NewServer()
+		ckd.Register(srv)
+		socket := filepath.Join(root, "s", name+".sock")
+		if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
+			return err
+		}
+		l, err := net.Listen("unix", socket)
+		if err != nil {
+			return err
+		}
+		go func() { _ = srv.Serve(l) }()
+		conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		client, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+		if err != nil {
+			return err
+		}
+		sd, err := statusd.New(statusd.Options{
+			Client: client, NodeName: name,
+			Checkpointd: nodeconfigv1.NewCheckpointServiceClient(conn), Target: socket,
+			StateFile: filepath.Join(dir, "reports.json"), SyncPeriod: 10 * time.Second, Log: log.With("node", name),
+		})
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := sd.Run(ctx); err != nil {
+				log.Error("statusd stopped", "node", name, "err", err)
+			}
+		}()
+		a.mu.Lock()
+		a.servers, a.conns, a.stores = append(a.servers, srv), append(a.conns, conn), append(a.stores, ckd)
+		a.mu.Unlock()
+		return nil
+	})
+	return a, err
+}
+
+func (a *agents) stop() {
+	for _, c := range a.conns {
+		_ = c.Close()
+	}
+	for _, s := range a.servers {
+		s.Stop()
+	}
+	for _, s := range a.stores {
+		_ = s.Close()
+	}
+}
+
+func startReconciler(c *cluster.Cluster, root string, workers int) (p *proc.Process, metricsAddr string, err error) {
+	bin, err := proc.Binary("reconciler")
+	if err != nil {
+		return nil, "", err
+	}
+	addr, err := proc.FreeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	if metricsAddr, err = proc.FreeAddr(); err != nil {
+		return nil, "", err
+	}
+	p, err = proc.Start("reconciler", bin, []string{
+		"--listen", addr, "--metrics-addr", metricsAddr, "--profiling", "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
+		"--agent-socket-template", filepath.Join(root, "s", "{node}.sock"), "--workers", strconv.Itoa(workers),
+	}, filepath.Join(root, "reconciler.log"))
+	return p, metricsAddr, err
+}
+
+// startProfiles records CPU profiles of the reconciler, this process (the
+// agents) and the API server until the returned stop, which also takes the
+// reconciler's heap profile.
+func startProfiles(ctx context.Context, dir, reconcilerMetrics string, admin kubernetes.Interface) (stop func() error, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	agentsOut, err := os.Create(filepath.Join(dir, "agents.cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(agentsOut); err != nil {
+		return nil, err
+	}
+	const seconds = "12"
+	var g errgroup.Group
+	save := func(name string, get func() ([]byte, error)) {
+		g.Go(func() error {
+			b, err := get()
+			if err != nil {
+				return fmt.Errorf("%s profile: %w", name, err)
+			}
+			return os.WriteFile(filepath.Join(dir, name), b, 0o644)
+		})
+	}
+	httpGet := func(url string) func() ([]byte, error) {
+		return func() ([]byte, error) { return fetch(url) }
+	}
+	save("reconciler.cpu.pprof", httpGet("http://"+reconcilerMetrics+"/debug/pprof/profile?seconds="+seconds))
+	save("apiserver.cpu.pprof", func() ([]byte, error) {
+		return admin.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", seconds).DoRaw(ctx)
+	})
+	return func() error {
+		pprof.StopCPUProfile()
+		_ = agentsOut.Close()
+		err := g.Wait()
+		if b, herr := httpGet("http://" + reconcilerMetrics + "/debug/pprof/heap")(); herr == nil {
+			herr = os.WriteFile(filepath.Join(dir, "reconciler.heap.pprof"), b, 0o644)
+			err = errors.Join(err, herr)
+		} else {
+			err = errors.Join(err, herr)
+		}
+		return err
+	}, nil
+}
+
+// activeWatch follows every Node's config-status annotation and notes when
+// each first shows a given config active.
+type activeWatch struct {
+	client kubernetes.Interface
+	n      int
+	mu     sync.Mutex
+	status map[string]corev1.NodeConfigStatus
+	seen   map[string]time.Time // node -> when its status last changed
+	cond   *sync.Cond
+}
+
+func newActiveWatch(client kubernetes.Interface, n int) *activeWatch {
+	w := &activeWatch{client: client, n: n, status: map[string]corev1.NodeConfigStatus{}, seen: map[string]time.Time{}}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+func (w *activeWatch) run(ctx context.Context) {
+	factory := informers.NewSharedInformerFactory(w.client, 0)
+	note := func(obj any) {
+		node, ok := obj.(*corev1.Node)
+		if !ok {
+			return
+		}
+		raw, ok := node.Annotations[statusAnnotation]
+		if !ok {
+			return
+		}
+		var st corev1.NodeConfigStatus
+		if json.Unmarshal([]byte(raw), &st) != nil {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		w.status[node.Name] = st
+		w.seen[node.Name] = now
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	}
+	_, _ = factory.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: note, UpdateFunc: func(_, obj any) { note(obj) },
+	})
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+}
+
+// wait blocks until done holds for the current statuses or timeout.
+func (w *activeWatch) wait(ctx context.Context, timeout time.Duration, what string, done func() (bool, string)) error {
+	deadline := time.AfterFunc(timeout, func() { w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() })
+	defer deadline.Stop()
+	end := time.Now().Add(timeout)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for {
+		ok, progress := done()
+		if ok {
+			return nil
+		}
+		if time.Now().After(end) || ctx.Err() != nil {
+			return fmt.Errorf("timed out after %v waiting for %s: %s", timeout, what, progress)
+		}
+		w.cond.Wait()
+	}
+}
+
+func (w *activeWatch) waitReported(ctx context.Context, timeout time.Duration) error {
+	return w.wait(ctx, timeout, "every node's first status", func() (bool, string) {
+		return len(w.status) == w.n, fmt.Sprintf("%d of %d reported", len(w.status), w.n)
+	})
+}
+
+func rv(src *corev1.NodeConfigSource) string {
+	if src == nil || src.ConfigMap == nil {
+		return ""
+	}
+	return src.ConfigMap.ResourceVersion
+}
+
+// latencies are per-node times from the change to "active" on the Node.
+type latencies []time.Duration
+
+func (l latencies) pct(p int) time.Duration {
+	s := slices.Clone(l)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func (l latencies) all() time.Duration { return slices.Max(l) }
+
+func (w *activeWatch) waitActive(ctx context.Context, want string, start time.Time, timeout time.Duration) (latencies, error) {
+	var out latencies
+	err := w.wait(ctx, timeout, "every node active on "+want, func() (bool, string) {
+		out = out[:0]
+		for name, st := range w.status {
+			if rv(st.Active) == want {
+				out = append(out, w.seen[name].Sub(start))
+			}
+		}
+		return len(out) == w.n, fmt.Sprintf("%d of %d active", len(out), w.n)
+	})
+	return out, err
+}
+
+func (w *activeWatch) waitPromoted(ctx context.Context, want string, timeout time.Duration) error {
+	return w.wait(ctx, timeout, "every node promoted to "+want, func() (bool, string) {
+		k := 0
+		for _, st := range w.status {
+			if rv(st.LastKnownGood) == want {
+				k++
+			}
+		}
+		return k == w.n, fmt.Sprintf("%d of %d promoted", k, w.n)
+	})
+}
+
+func report(what string, l latencies) {
+	fmt.Printf("  %s: all %d active in %v (per node p50 %v, p99 %v)\n", what, len(l),
+		l.all().Round(time.Millisecond), l.pct(50).Round(time.Millisecond), l.pct(99).Round(time.Millisecond))
+}
+
+// countWrites counts nodeconfig's API writes, lease renewals aside.
+func countWrites(c *cluster.Cluster) (int, error) {
+	return audit.Count(filepath.Join(c.Dir, "audit.log"), func(e audit.Event) bool {
+		switch e.Verb {
+		case "create", "update", "patch", "delete":
+		default:
+			return false
+		}
+		return strings.HasPrefix(e.UserAgent, "nodeconfig-") && e.ObjectRef.Resource != "leases"
+	})
+}
+
+// memory reads a process's peak and current resident set size in KiB.
+func memory(pid int) (peak, rss int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmHWM:":
+			peak = v
+		case "VmRSS:":
+			rss = v
+		}
+	}
+	if peak == 0 {
+		return 0, 0, errors.New("no VmHWM in /proc status")
+	}
+	return peak, rss, nil
+}
+
+func fetch(url string) ([]byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
