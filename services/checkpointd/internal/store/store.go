@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -105,6 +106,11 @@ func Open(path string, opts Options) (s *Store, err error) {
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("open store %s: another process holds its lock", path)
+		}
+		if errno := syscall.Errno(0); errors.As(err, &errno) {
+			// The system refused (no file descriptors, read-only or full
+			// disk, permissions): nothing says the file is damaged.
+			return nil, fmt.Errorf("open store %s: %w", path, err)
 		}
 		return nil, fmt.Errorf("%w: open %s: %v; it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path, err)
 	}

@@ -228,3 +228,14 @@ func TestWatchGetsCurrentThenLatestWithoutBlockingWriters(t *testing.T) {
 		t.Fatalf("slow watcher got revision %d, want the latest (50)", latest.GetRevision())
 	}
 }
+
+// An error from the system (here: the path is a directory; in life also no
+// file descriptors left, a read-only or full disk) is not reported as a
+// corrupt store: that message sends operators to the recovery procedure.
+func TestOpenFailureFromTheSystemIsNotCalledCorruption(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Open(dir, Options{})
+	if err == nil || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "is a directory") {
+		t.Fatalf("Open(a directory) = %v; want a plain open error naming the cause", err)
+	}
+}
