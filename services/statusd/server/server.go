@@ -64,7 +64,7 @@ func New(o Options) (*Statusd, error) {
 	}
 	s.syncer = nodesync.New(nodesync.Options{
 		Client: o.Client, NodeName: o.NodeName, Setters: chain, SyncPeriod: o.SyncPeriod,
-		Registerer: o.Registerer, Log: o.Log,
+		Settling: func() bool { return setters.Activating(s.follower.Records) }, Registerer: o.Registerer, Log: o.Log,
 	})
 	s.api = &statusapi.Service{
 		NodeName: o.NodeName, Reports: store, Syncer: s.syncer, Setters: chain, Records: s.follower.Records,

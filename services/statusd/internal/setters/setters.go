@@ -193,3 +193,10 @@ func describe(src *nodeconfigv1.ConfigSource) string {
 	}
 	return fmt.Sprintf("ConfigMap %s/%s key %s (resourceVersion %s)", src.GetNamespace(), src.GetName(), src.GetKey(), src.GetResourceVersion())
 }
+
+// Activating reports the in-between state of a config assigned but not yet
+// active (and not failed): checkpointd activates right after assigning, so
+// it is about to pass by itself.
+func Activating(records RecordsFunc) bool {
+	return ReadyCondition(records).Reason == ReasonActivating
+}
