@@ -47,10 +47,10 @@ type Options struct {
 	// assigned but not yet active); a sync waits up to SettleMax for it to
 	// pass instead of writing it to the Node. At fleet scale that
 	// in-between patch was half again the API server's write load.
-	Settling  func() bool
-	SettleMax time.Duration
-	Registerer      prometheus.Registerer
-	Log             *slog.Logger
+	Settling   func() bool
+	SettleMax  time.Duration
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
 }
 
 // Syncer keeps the Node in step with the setters.
