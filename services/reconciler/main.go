@@ -76,7 +76,7 @@ func run() error {
 	agentToken := fs.String("agent-token-file", "", "ServiceAccount token (audience nodeconfig-agent) sent on every agent call; reread as it rotates")
 	nodeEvents := fs.String("node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
 	maxConns := fs.Int("agent-max-connections", 256, "most agent connections kept open (least recently used closed first)")
-	workers := fs.Int("workers", 8, "concurrent node syncs")
+	workers := fs.Int("workers", 16, "concurrent node syncs (each mostly waits on its agent, so more than the cores)")
 	baseDelay := fs.Duration("retry-base-delay", 2*time.Second, "first retry delay after an early error (doubles per failure)")
 	maxDelay := fs.Duration("retry-max-delay", 2*time.Minute, "cap of the retry delay")
 	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease")

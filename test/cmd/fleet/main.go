@@ -59,7 +59,7 @@ const (
 func main() {
 	nodes := flag.Int("nodes", 1000, "simulated nodes")
 	fsync := flag.Bool("fsync", false, "fsync every store commit; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
-	workers := flag.Int("workers", 16, "the reconciler's --workers")
+	workers := flag.Int("workers", 16, "the reconciler's --workers (its default)")
 	keep := flag.Bool("keep", false, "keep the state directory")
 	profiles := flag.String("profile", "", "write CPU profiles of the reconciler, the agents and the API server during the config change, and the reconciler's heap after it, to this directory")
 	flag.Parse()
