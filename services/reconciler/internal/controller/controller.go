@@ -9,6 +9,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -356,6 +358,19 @@ func (c *Controller) enqueueForConfigMap(obj any) {
 }
 
 func (c *Controller) enqueueForNodeConfig(old, cur any) {
+	if old != nil && cur != nil {
+		o, oerr := toNodeConfig(old)
+		n, nerr := toNodeConfig(cur)
+		if oerr == nil && nerr == nil && onlyStatusChanged(o, n) {
+			// Our own status write: the nodes' policy did not change, so
+			// only the nodes held back by pacing look again (at 5,000
+			// nodes, re-syncing every node on every status write was most
+			// of the reconciler's work).
+			c.ncQ.Add(n.Name)
+			c.wakeWaiting(n.Name)
+			return
+		}
+	}
 	for _, obj := range []any{old, cur} {
 		if obj == nil {
 			continue
@@ -367,6 +382,15 @@ func (c *Controller) enqueueForNodeConfig(old, cur any) {
 		c.ncQ.Add(nc.Name)
 		c.enqueueSelected(nc)
 	}
+}
+
+// onlyStatusChanged says whether an update left everything a node sync
+// reads as it was: the spec (generation), the annotations, the finalizers
+// and the deletion mark.
+func onlyStatusChanged(o, n *v1alpha1.NodeConfig) bool {
+	return o.Generation == n.Generation && o.UID == n.UID &&
+		maps.Equal(o.Annotations, n.Annotations) && slices.Equal(o.Finalizers, n.Finalizers) &&
+		o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 }
 
 func (c *Controller) enqueueSelected(nc *v1alpha1.NodeConfig) {
