@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,6 +79,10 @@ type Controller struct {
 
 	selMu     sync.Mutex
 	selectors map[selectorKey]labels.Selector
+	selected  map[selectorKey]selection
+	// nodesVersion moves whenever a Node comes, goes or changes labels:
+	// a cached selection made at an older version is stale.
+	nodesVersion atomic.Int64
 }
 
 // NodeInfo is what the reconciler knows of one node; ReconcilerService
@@ -125,22 +130,26 @@ func New(o Options) *Controller {
 		metrics:   o.Metrics,
 		nodes:     map[string]*NodeInfo{},
 		selectors: map[selectorKey]labels.Selector{},
+		selected:  map[selectorKey]selection{},
 	}
 }
 
 // Handlers returns the informer event handlers; they only enqueue.
 func (c *Controller) Handlers() (nodes, configMaps, nodeConfigs, pods cache.ResourceEventHandler) {
 	nodes = cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.enqueueNode(obj) },
+		AddFunc: func(obj any) { c.nodesVersion.Add(1); c.enqueueNode(obj) },
 		UpdateFunc: func(old, cur any) {
 			o, n := old.(*corev1.Node), cur.(*corev1.Node)
+			if !labels.Equals(o.Labels, n.Labels) {
+				c.nodesVersion.Add(1)
+			}
 			// statusd's own patches do not concern the policy; labels and
 			// the abandon mark do.
 			if !labels.Equals(o.Labels, n.Labels) || o.Annotations[v1alpha1.AnnotationAbandoned] != n.Annotations[v1alpha1.AnnotationAbandoned] {
 				c.enqueueNode(cur)
 			}
 		},
-		DeleteFunc: func(obj any) { c.enqueueNode(obj) },
+		DeleteFunc: func(obj any) { c.nodesVersion.Add(1); c.enqueueNode(obj) },
 	}
 	configMaps = cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueForConfigMap(obj) },
@@ -296,7 +305,7 @@ func (c *Controller) selector(nc *v1alpha1.NodeConfig) labels.Selector {
 	if nc.Spec.NodeSelector == nil {
 		return labels.Nothing()
 	}
-	key := selectorKey{nc.UID, nc.Generation}
+	key := selectorKey{nc.UID, nc.Name, nc.Generation}
 	c.selMu.Lock()
 	defer c.selMu.Unlock()
 	if sel, ok := c.selectors[key]; ok {
@@ -315,7 +324,15 @@ func (c *Controller) selector(nc *v1alpha1.NodeConfig) labels.Selector {
 
 type selectorKey struct {
 	uid        types.UID
+	name       string
 	generation int64
+}
+
+// selection is the names of the nodes a NodeConfig selected at a
+// nodesVersion.
+type selection struct {
+	version int64
+	names   []string
 }
 
 func (c *Controller) selects(nc *v1alpha1.NodeConfig, node *corev1.Node) bool {
