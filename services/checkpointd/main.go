@@ -50,10 +50,10 @@ func run() error {
 		}
 		sf.TokenReviews = client.TokenReviews()
 	}
-	if err := sf.Check(); err != nil {
+	srv, err := servekit.New(sf, log)
+	if err != nil {
 		return err
 	}
-	srv := servekit.New(sf, log)
 	ckd, err := server.Open(server.Options{
 		StateDir: *stateDir, TargetDir: *targetDir, TargetFile: *targetFile, NoSync: *noFsync,
 		MaxWatchers: *maxWatchers, Registerer: srv.Registry, Log: log,

@@ -120,7 +120,10 @@ func run() error {
 	}
 
 	sf.TokenReviews = kube.AuthenticationV1().TokenReviews()
-	srv := servekit.New(sf, log)
+	srv, err := servekit.New(sf, log)
+	if err != nil {
+		return err
+	}
 	metrics := controller.NewMetrics(srv.Registry)
 	var current atomic.Pointer[controller.Controller]
 	nodeconfigv1.RegisterReconcilerServiceServer(srv.GRPC, &reconcilerapi.Service{Nodes: func() reconcilerapi.Nodes {

@@ -71,7 +71,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics string)
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&f.Profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on --metrics-addr")
 	fs.StringVar(&f.Auth, "auth", "none", "who may call over TCP: none (only allowed on a loopback --listen) or token (TLS plus a ServiceAccount token verified by TokenReview); the unix socket is always trusted")
-	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM) for TCP; reread when the file changes")
+	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM) for TCP; reread every minute")
 	fs.StringVar(&f.TLSKeyFile, "tls-key-file", "", "private key (PEM) of --tls-cert-file")
 	fs.StringVar(&f.Audience, "auth-audience", "nodeconfig-agent", "audience callers' tokens must be minted for (--auth=token)")
 	f.Allowed = []string{ReconcilerIdentity}
@@ -153,16 +153,17 @@ type Server struct {
 	Registry *prometheus.Registry
 	flags    Flags
 	log      *slog.Logger
-	checkErr error
 }
 
 // New builds a server. Extra options (interceptors, credentials) are
 // appended to the defaults.
-func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) *Server {
+func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) (*Server, error) {
+	if err := flags.Check(); err != nil {
+		return nil, err
+	}
 	registry := prometheus.NewRegistry()
-	checkErr := flags.Check()
 	var guard *authn.Guard
-	if flags.Auth == "token" && checkErr == nil {
+	if flags.Auth == "token" {
 		guard = authn.New(flags.TokenReviews, flags.Audience, flags.Allowed, registry)
 	}
 	opts := append([]grpc.ServerOption{
@@ -179,21 +180,17 @@ func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) *Server {
 		Registry: registry,
 		flags:    flags,
 		log:      log,
-		checkErr: checkErr,
 	}
 	healthpb.RegisterHealthServer(s.GRPC, s.Health)
 	reflection.Register(s.GRPC)
 	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return s
+	return s, nil
 }
 
 // Serve listens on the configured addresses and blocks until ctx is done or
 // SIGTERM/SIGINT arrives, then stops gracefully. The service must be
 // registered before calling it; its health is set to SERVING here.
 func (s *Server) Serve(ctx context.Context, serviceName string) error {
-	if s.checkErr != nil {
-		return s.checkErr
-	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -209,15 +206,22 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 			return fmt.Errorf("listen on --listen %s: %w", s.flags.Listen, err)
 		}
 		if s.flags.TLSCertFile != "" {
-			kp, err := newKeyPairReloader(s.flags.TLSCertFile, s.flags.TLSKeyFile)
+			certs, err := watchKeyPair(s.flags.TLSCertFile, s.flags.TLSKeyFile)
 			if err != nil {
 				_ = l.Close()
 				return err
 			}
+			defer certs.Close()
 			l = tls.NewListener(l, &tls.Config{
-				GetCertificate: kp.get,
-				MinVersion:     tls.VersionTLS13,
-				NextProtos:     []string{"h2"},
+				GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+					km, err := certs.KeyMaterial(hello.Context())
+					if err != nil {
+						return nil, err
+					}
+					return &km.Certs[0], nil
+				},
+				MinVersion: tls.VersionTLS13,
+				NextProtos: []string{"h2"},
 			})
 		}
 		listeners = append(listeners, l)

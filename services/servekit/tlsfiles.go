@@ -3,48 +3,22 @@ package servekit
 import (
 	"crypto/tls"
 	"fmt"
-	"os"
-	"sync"
 	"time"
+
+	"google.golang.org/grpc/credentials/tls/certprovider"
+	"google.golang.org/grpc/credentials/tls/certprovider/pemfile"
 )
 
-// keyPairReloader serves the certificate on disk, rereading it when the
-// file changes so that a rotated Secret needs no restart.
-type keyPairReloader struct {
-	certFile, keyFile string
-	mu                sync.Mutex
-	modTime           time.Time
-	cert              *tls.Certificate
-}
+// certRefresh is how often the serving certificate is reread, so that a
+// rotated Secret needs no restart.
+const certRefresh = time.Minute
 
-func newKeyPairReloader(certFile, keyFile string) (*keyPairReloader, error) {
-	k := &keyPairReloader{certFile: certFile, keyFile: keyFile}
-	if _, err := k.get(nil); err != nil {
-		return nil, err
-	}
-	return k, nil
-}
-
-func (k *keyPairReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	fi, err := os.Stat(k.certFile)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if err != nil {
-		if k.cert != nil {
-			return k.cert, nil // mid-rotation: keep serving the old one
-		}
-		return nil, fmt.Errorf("--tls-cert-file: %w", err)
-	}
-	if k.cert != nil && fi.ModTime().Equal(k.modTime) {
-		return k.cert, nil
-	}
-	cert, err := tls.LoadX509KeyPair(k.certFile, k.keyFile)
-	if err != nil {
-		if k.cert != nil {
-			return k.cert, nil
-		}
+// watchKeyPair serves the certificate on disk through grpc's file-watching
+// provider. The pair is loaded once here first: the provider would only
+// keep waiting on a bad file, and a bad flag should stop the start.
+func watchKeyPair(certFile, keyFile string) (certprovider.Provider, error) {
+	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
 		return nil, fmt.Errorf("load --tls-cert-file/--tls-key-file: %w", err)
 	}
-	k.cert, k.modTime = &cert, fi.ModTime()
-	return k.cert, nil
+	return pemfile.NewProvider(pemfile.Options{CertFile: certFile, KeyFile: keyFile, RefreshDuration: certRefresh})
 }

@@ -59,7 +59,10 @@ func run() error {
 	defer conn.Close()
 
 	sf.TokenReviews = client.AuthenticationV1().TokenReviews()
-	srv := servekit.New(sf, log)
+	srv, err := servekit.New(sf, log)
+	if err != nil {
+		return err
+	}
 	sd, err := server.New(server.Options{
 		Client: client, NodeName: *nodeName,
 		Checkpointd: nodeconfigv1.NewCheckpointServiceClient(conn), Target: *checkpointd,
