@@ -2,18 +2,18 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials/oauth"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -87,13 +87,11 @@ func (e *secureEnv) token(sa string, audiences ...string) string {
 // dialTLS connects as the reconciler does: trusting only the agent CA.
 func (e *secureEnv) dialTLS(target string) *grpc.ClientConn {
 	e.t.Helper()
-	pem, err := os.ReadFile(e.tls.CAFile)
+	creds, err := credentials.NewClientTLSFromFile(e.tls.CAFile, e.tls.ServerName)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(pem)
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: e.tls.ServerName})))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -108,7 +106,7 @@ func call(ctx context.Context, conn *grpc.ClientConn, method string, streaming b
 	defer cancel()
 	var opts []grpc.CallOption
 	if token != "" {
-		opts = append(opts, grpc.PerRPCCredentials(bearerToken(token)))
+		opts = append(opts, grpc.PerRPCCredentials(oauth.TokenSource{TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: token})}))
 	}
 	if !streaming {
 		return status.Code(conn.Invoke(ctx, method, &emptypb.Empty{}, &emptypb.Empty{}, opts...))
@@ -122,13 +120,6 @@ func call(ctx context.Context, conn *grpc.ClientConn, method string, streaming b
 	}
 	return status.Code(err)
 }
-
-type bearerToken string
-
-func (b bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-func (bearerToken) RequireTransportSecurity() bool { return true }
 
 type rpc struct {
 	method    string

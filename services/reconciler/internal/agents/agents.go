@@ -4,8 +4,6 @@
 package agents
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -62,17 +60,11 @@ func Credentials(caFile, serverName, tokenFile string) ([]grpc.DialOption, error
 		}
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
 	}
-	pem, err := os.ReadFile(caFile)
+	creds, err := credentials.NewClientTLSFromFile(caFile, serverName)
 	if err != nil {
 		return nil, fmt.Errorf("--agent-ca-file: %w", err)
 	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--agent-ca-file %s: no PEM certificate in it", caFile)
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-		RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS13,
-	}))}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if tokenFile != "" {
 		if _, err := os.Stat(tokenFile); err != nil {
 			return nil, fmt.Errorf("--agent-token-file: %w", err)
