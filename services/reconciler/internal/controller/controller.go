@@ -77,9 +77,8 @@ type Controller struct {
 	mu    sync.Mutex
 	nodes map[string]*NodeInfo
 
-	selMu     sync.Mutex
-	selectors map[selectorKey]labels.Selector
-	selected  map[selectorKey]selection
+	selMu      sync.Mutex
+	selections map[selectorKey]*selection
 	// nodesVersion moves whenever a Node comes, goes or changes labels:
 	// a cached selection made at an older version is stale.
 	nodesVersion atomic.Int64
@@ -123,14 +122,13 @@ func New(o Options) *Controller {
 	}
 	nodeRetry := newRateLimiter(o.BaseDelay, o.MaxDelay)
 	return &Controller{
-		o:         o,
-		nodeRetry: nodeRetry,
-		nodeQ:     workqueue.NewTypedRateLimitingQueueWithConfig(nodeRetry, workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
-		ncQ:       workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
-		metrics:   o.Metrics,
-		nodes:     map[string]*NodeInfo{},
-		selectors: map[selectorKey]labels.Selector{},
-		selected:  map[selectorKey]selection{},
+		o:          o,
+		nodeRetry:  nodeRetry,
+		nodeQ:      workqueue.NewTypedRateLimitingQueueWithConfig(nodeRetry, workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
+		ncQ:        workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
+		metrics:    o.Metrics,
+		nodes:      map[string]*NodeInfo{},
+		selections: map[selectorKey]*selection{},
 	}
 }
 
@@ -302,24 +300,29 @@ func toNodeConfig(obj any) (*v1alpha1.NodeConfig, error) {
 // selected nodes on every node sync (it was most of the CPU of a 1,000-node
 // rollout).
 func (c *Controller) selector(nc *v1alpha1.NodeConfig) labels.Selector {
-	if nc.Spec.NodeSelector == nil {
-		return labels.Nothing()
-	}
-	key := selectorKey{nc.UID, nc.Name, nc.Generation}
 	c.selMu.Lock()
 	defer c.selMu.Unlock()
-	if sel, ok := c.selectors[key]; ok {
-		return sel
+	return c.selectionLocked(nc).selector
+}
+
+// selectionLocked returns the cache entry of nc's generation, parsing its
+// selector when the entry is new.
+func (c *Controller) selectionLocked(nc *v1alpha1.NodeConfig) *selection {
+	key := selectorKey{nc.UID, nc.Name, nc.Generation}
+	if e, ok := c.selections[key]; ok {
+		return e
 	}
-	sel, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector)
-	if err != nil {
-		sel = labels.Nothing()
+	e := &selection{selector: labels.Nothing()}
+	if nc.Spec.NodeSelector != nil {
+		if sel, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector); err == nil {
+			e.selector = sel
+		}
 	}
-	if len(c.selectors) > 1024 {
-		clear(c.selectors) // old generations; cheap to parse again
+	if len(c.selections) > 1024 {
+		clear(c.selections) // old generations; cheap to parse again
 	}
-	c.selectors[key] = sel
-	return sel
+	c.selections[key] = e
+	return e
 }
 
 type selectorKey struct {
@@ -328,11 +331,13 @@ type selectorKey struct {
 	generation int64
 }
 
-// selection is the names of the nodes a NodeConfig selected at a
-// nodesVersion.
+// selection is a NodeConfig generation's parsed selector and, when listed,
+// the names of the nodes it selected at a nodesVersion.
 type selection struct {
-	version int64
-	names   []string
+	selector labels.Selector
+	listed   bool
+	version  int64
+	names    []string
 }
 
 func (c *Controller) selects(nc *v1alpha1.NodeConfig, node *corev1.Node) bool {
@@ -411,12 +416,8 @@ func onlyStatusChanged(o, n *v1alpha1.NodeConfig) bool {
 }
 
 func (c *Controller) enqueueSelected(nc *v1alpha1.NodeConfig) {
-	nodes, err := c.o.Nodes.List(c.selector(nc))
-	if err != nil {
-		return
-	}
-	for _, n := range nodes {
-		c.nodeQ.Add(n.Name)
+	for _, name := range c.selectedNodes(nc) {
+		c.nodeQ.Add(name)
 	}
 }
 

@@ -186,29 +186,28 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, src *nodeconfigv
 // Node comes, goes or is relabelled (listing all nodes per sync was half
 // the reconciler's CPU at 5,000 nodes).
 func (c *Controller) selectedNodes(nc *v1alpha1.NodeConfig) []string {
-	key := selectorKey{nc.UID, nc.Name, nc.Generation}
 	version := c.nodesVersion.Load() // before listing: a change during it makes the entry stale
 	c.selMu.Lock()
-	cached, ok := c.selected[key]
-	c.selMu.Unlock()
-	if ok && cached.version == version {
-		return cached.names
+	e := c.selectionLocked(nc)
+	if e.listed && e.version == version {
+		names := e.names
+		c.selMu.Unlock()
+		return names
 	}
-	nodes, err := c.o.Nodes.List(c.selector(nc))
+	sel := e.selector
+	c.selMu.Unlock()
+	nodes, err := c.o.Nodes.List(sel)
 	if err != nil {
 		return nil
 	}
-	out := make([]string, 0, len(nodes))
+	names := make([]string, 0, len(nodes))
 	for _, n := range nodes {
-		out = append(out, n.Name)
+		names = append(names, n.Name)
 	}
 	c.selMu.Lock()
-	if len(c.selected) > 1024 {
-		clear(c.selected)
-	}
-	c.selected[key] = selection{version: version, names: out}
+	e.listed, e.version, e.names = true, version, names
 	c.selMu.Unlock()
-	return out
+	return names
 }
 
 // record stores the sync's outcome and returns when to look again; after
