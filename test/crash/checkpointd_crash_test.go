@@ -29,6 +29,21 @@ func source(v int) *nodeconfigv1.ConfigSource {
 	return &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "crash-uid", ResourceVersion: strconv.Itoa(v), Key: "config.yaml"}
 }
 
+// cycle takes version v through put, assign, activate and promote.
+func cycle(ctx context.Context, c nodeconfigv1.CheckpointServiceClient, v int) error {
+	if _, err := c.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: source(v), Data: map[string]string{"config.yaml": payloadFor(v)}}); err != nil {
+		return err
+	}
+	if _, err := c.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: source(v), SoakSeconds: 1}); err != nil {
+		return err
+	}
+	if _, err := c.Activate(ctx, &nodeconfigv1.ActivateRequest{}); err != nil {
+		return err
+	}
+	_, err := c.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: source(v)})
+	return err
+}
+
 // TestCheckpointdSurvivesSIGKILLAtRandomMoments: after each kill the store
 // opens, last-known-good is never older than the newest confirmed
 // promotion, records name stored payloads, and the target file is always a
@@ -40,17 +55,7 @@ func TestCheckpointdSurvivesSIGKILLAtRandomMoments(t *testing.T) {
 	}
 	dir := t.TempDir()
 	targetDir := filepath.Join(dir, "target")
-	p, socket, err := sim.StartCheckpointd(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	conn, err := sim.Dial("unix://" + socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := nodeconfigv1.NewCheckpointServiceClient(conn)
+	p, socket, client := sim.LoneCheckpointd(t, dir)
 
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	confirmedLKG, attempted, cycles := 0, 0, 0
@@ -68,16 +73,7 @@ func TestCheckpointdSurvivesSIGKILLAtRandomMoments(t *testing.T) {
 			for ctx.Err() == nil {
 				attempted++
 				v := attempted
-				if _, err := client.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: source(v), Data: map[string]string{"config.yaml": payloadFor(v)}}); err != nil {
-					return
-				}
-				if _, err := client.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: source(v), SoakSeconds: 1}); err != nil {
-					return
-				}
-				if _, err := client.Activate(ctx, &nodeconfigv1.ActivateRequest{}); err != nil {
-					return
-				}
-				if _, err := client.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: source(v)}); err != nil {
+				if err := cycle(ctx, client, v); err != nil {
 					return
 				}
 				confirmedLKG = v

@@ -44,20 +44,6 @@ func readOnly(t *testing.T, dir string) (undo func()) {
 	return undo
 }
 
-func cycle(ctx context.Context, c nodeconfigv1.CheckpointServiceClient, v int) error {
-	if _, err := c.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: source(v), Data: map[string]string{"config.yaml": payloadFor(v)}}); err != nil {
-		return err
-	}
-	if _, err := c.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: source(v), SoakSeconds: 1}); err != nil {
-		return err
-	}
-	if _, err := c.Activate(ctx, &nodeconfigv1.ActivateRequest{}); err != nil {
-		return err
-	}
-	_, err := c.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: source(v)})
-	return err
-}
-
 // A read-only target directory fails activation with the cause and leaves
 // the running config's file alone; a read-only state directory stops
 // checkpointd at start with the cause and the store untouched. Both recover
@@ -69,20 +55,7 @@ func TestReadOnlyDirectoriesFailClearlyAndRecover(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	stateDir, targetDir := filepath.Join(dir, "state"), filepath.Join(dir, "target")
-	p, socket, err := sim.StartCheckpointd(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	if err := sim.WaitServing("unix://"+socket, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := sim.Dial("unix://" + socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := nodeconfigv1.NewCheckpointServiceClient(conn)
+	p, _, client := sim.LoneCheckpointd(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := cycle(ctx, client, 1); err != nil {

@@ -19,20 +19,7 @@ import (
 // message beyond the server's receive limit, traversal in keys, missing
 // fields, and a payload of 10,000 keys over the ConfigMap limit.
 func TestCheckpointdRefusesBadRequestsOverTheWire(t *testing.T) {
-	p, socket, err := sim.StartCheckpointd(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	if err := sim.WaitServing("unix://"+socket, 20*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := sim.Dial("unix://" + socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := nodeconfigv1.NewCheckpointServiceClient(conn)
+	_, _, client := sim.LoneCheckpointd(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	src := &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: "1", Key: "config.yaml"}
@@ -58,7 +45,7 @@ func TestCheckpointdRefusesBadRequestsOverTheWire(t *testing.T) {
 			}
 		})
 	}
-	_, err = client.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: "1", Key: "../x"}})
+	_, err := client.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: "1", Key: "../x"}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("SetAssigned with a traversal key: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	"google.golang.org/grpc"
@@ -265,4 +266,25 @@ func StartCheckpointd(dir string, extra ...string) (p *proc.Process, socket stri
 		"--state-dir", filepath.Join(dir, "state"), "--target-dir", filepath.Join(dir, "target"), "--target-file", TargetFile}, extra...)
 	p, err = proc.Start("checkpointd", bin, args, filepath.Join(dir, "checkpointd.log"))
 	return p, socket, err
+}
+
+// LoneCheckpointd is StartCheckpointd for a test: it waits until the
+// process serves and returns it with its socket and a client on it; the
+// test's cleanup kills the process and closes the client.
+func LoneCheckpointd(t testing.TB, dir string, extra ...string) (p *proc.Process, socket string, client nodeconfigv1.CheckpointServiceClient) {
+	t.Helper()
+	p, socket, err := StartCheckpointd(dir, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := WaitServing("unix://"+socket, 20*time.Second); err != nil {
+		t.Fatalf("checkpointd: %v\n%s", err, p.Tail(2000))
+	}
+	conn, err := Dial("unix://" + socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return p, socket, nodeconfigv1.NewCheckpointServiceClient(conn)
 }
