@@ -55,3 +55,41 @@ func Writes(resource, name, userAgentPrefix string) func(Event) bool {
 		return e.ObjectRef.Resource == resource && e.ObjectRef.Name == name && strings.HasPrefix(e.UserAgent, userAgentPrefix)
 	}
 }
+
+// WriteCounts are nodeconfig's API writes (create, update, patch, delete
+// by a nodeconfig-* user agent) by kind.
+type WriteCounts struct{ Statusd, Events, NodeConfig, Leases, Other int }
+
+// Minus is the writes since o.
+func (w WriteCounts) Minus(o WriteCounts) WriteCounts {
+	return WriteCounts{w.Statusd - o.Statusd, w.Events - o.Events, w.NodeConfig - o.NodeConfig, w.Leases - o.Leases, w.Other - o.Other}
+}
+
+// Total leaves out lease renewals: they are per replica, not per node.
+func (w WriteCounts) Total() int { return w.Statusd + w.Events + w.NodeConfig + w.Other }
+
+// CountWrites counts nodeconfig's writes in the audit log at path.
+func CountWrites(path string) (w WriteCounts, err error) {
+	_, err = Count(path, func(e Event) bool {
+		switch e.Verb {
+		case "create", "update", "patch", "delete":
+		default:
+			return false
+		}
+		switch {
+		case !strings.HasPrefix(e.UserAgent, "nodeconfig-"):
+		case strings.HasPrefix(e.UserAgent, "nodeconfig-statusd"):
+			w.Statusd++
+		case e.ObjectRef.Resource == "events":
+			w.Events++
+		case e.ObjectRef.Resource == "nodeconfigs":
+			w.NodeConfig++
+		case e.ObjectRef.Resource == "leases":
+			w.Leases++
+		default:
+			w.Other++
+		}
+		return false
+	})
+	return w, err
+}

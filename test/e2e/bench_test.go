@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -45,14 +44,14 @@ func BenchmarkWritesPerNodePerConfigChange(b *testing.B) {
 	}
 	b.StopTimer()
 	time.Sleep(2 * time.Second)
-	w := count().minus(w0)
+	w := count().Minus(w0)
 	per := float64(nodes * b.N)
-	b.ReportMetric(float64(w.statusd)/per, "statusd-writes/node/change")
-	b.ReportMetric(float64(w.events)/per, "event-writes/node/change")
-	b.ReportMetric(float64(w.nodeConfig)/per, "nodeconfig-writes/node/change")
-	b.ReportMetric(float64(w.other)/per, "other-writes/node/change")
-	b.ReportMetric(float64(w.total())/per, "writes/node/change")
-	b.ReportMetric(float64(w.leases)/time.Since(start).Seconds(), "lease-writes/s")
+	b.ReportMetric(float64(w.Statusd)/per, "statusd-writes/node/change")
+	b.ReportMetric(float64(w.Events)/per, "event-writes/node/change")
+	b.ReportMetric(float64(w.NodeConfig)/per, "nodeconfig-writes/node/change")
+	b.ReportMetric(float64(w.Other)/per, "other-writes/node/change")
+	b.ReportMetric(float64(w.Total())/per, "writes/node/change")
+	b.ReportMetric(float64(w.Leases)/time.Since(start).Seconds(), "lease-writes/s")
 }
 
 // BenchmarkSteadyStateWritesPerNodePerHour: with every node on its
@@ -70,7 +69,7 @@ func BenchmarkSteadyStateWritesPerNodePerHour(b *testing.B) {
 	e.nodeConfig(e.label, map[string]any{
 		"source":      map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}},
 		"soakSeconds": int64(1),
-	}, map[string]string{v1alpha1ReconcileInterval: "1"})
+	}, map[string]string{"nodeconfig.io/reconcile-interval-in-seconds": "1"})
 	for _, n := range e.nodes {
 		e.waitNode(n.Name, 60*time.Second, "promoted", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 			return rv(st.LastKnownGood) == cm.ResourceVersion && reasonIs(c, "Active")
@@ -86,50 +85,16 @@ func BenchmarkSteadyStateWritesPerNodePerHour(b *testing.B) {
 		time.Sleep(10 * time.Second) // the observation window
 	}
 	b.StopTimer()
-	w := count().minus(w0)
+	w := count().Minus(w0)
 	hours := time.Since(start).Hours()
-	b.ReportMetric(float64(w.total())/nodes/hours, "writes/node/hour")
-	b.ReportMetric(float64(w.total()), "writes-in-window")
+	b.ReportMetric(float64(w.Total())/nodes/hours, "writes/node/hour")
+	b.ReportMetric(float64(w.Total()), "writes-in-window")
 }
 
-const v1alpha1ReconcileInterval = "nodeconfig.io/reconcile-interval-in-seconds"
-
-// writes are nodeconfig's API writes from the audit log by kind.
-type writes struct{ statusd, events, nodeConfig, leases, other int }
-
-func (w writes) minus(o writes) writes {
-	return writes{w.statusd - o.statusd, w.events - o.events, w.nodeConfig - o.nodeConfig, w.leases - o.leases, w.other - o.other}
-}
-
-// total leaves out lease renewals: they are per replica, not per node.
-func (w writes) total() int { return w.statusd + w.events + w.nodeConfig + w.other }
-
-func writeCounter(b *testing.B, e *env) func() writes {
+func writeCounter(b *testing.B, e *env) func() audit.WriteCounts {
 	logPath := filepath.Join(e.c.Dir, "audit.log")
-	return func() (w writes) {
-		_, err := audit.Count(logPath, func(ev audit.Event) bool {
-			switch ev.Verb {
-			case "create", "update", "patch", "delete":
-			default:
-				return false
-			}
-			if !strings.HasPrefix(ev.UserAgent, "nodeconfig-") {
-				return false
-			}
-			switch {
-			case strings.HasPrefix(ev.UserAgent, "nodeconfig-statusd"):
-				w.statusd++
-			case ev.ObjectRef.Resource == "events":
-				w.events++
-			case ev.ObjectRef.Resource == "nodeconfigs":
-				w.nodeConfig++
-			case ev.ObjectRef.Resource == "leases":
-				w.leases++
-			default:
-				w.other++
-			}
-			return false
-		})
+	return func() audit.WriteCounts {
+		w, err := audit.CountWrites(logPath)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -560,14 +560,8 @@ func report(what string, l latencies) {
 
 // countWrites counts nodeconfig's API writes, lease renewals aside.
 func countWrites(c *cluster.Cluster) (int, error) {
-	return audit.Count(filepath.Join(c.Dir, "audit.log"), func(e audit.Event) bool {
-		switch e.Verb {
-		case "create", "update", "patch", "delete":
-		default:
-			return false
-		}
-		return strings.HasPrefix(e.UserAgent, "nodeconfig-") && e.ObjectRef.Resource != "leases"
-	})
+	w, err := audit.CountWrites(filepath.Join(c.Dir, "audit.log"))
+	return w.Total(), err
 }
 
 // memory reads a process's peak and current resident set size in KiB.
