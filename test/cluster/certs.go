@@ -38,42 +38,15 @@ func newPKI(dir string) (*pki, error) {
 	if p.load() {
 		return p, nil
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newAuthority("nodeconfig-test-ca", 10*365*24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now().Add(-time.Hour)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nodeconfig-test-ca"},
-		NotBefore: now, NotAfter: now.Add(10 * 365 * 24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
+	p.caPEM = pemBlock("CERTIFICATE", ca.der)
+	if err := writeKeyPair(p.caCert, p.caKey, ca.der, ca.key); err != nil {
 		return nil, err
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	p.caPEM = pemBlock("CERTIFICATE", caDER)
-	if err := writeKeyPair(p.caCert, p.caKey, caDER, caKey); err != nil {
-		return nil, err
-	}
-
-	issue := func(serial int64, subject pkix.Name, usage x509.ExtKeyUsage, ips []net.IP, dns []string) ([]byte, *ecdsa.PrivateKey, error) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, nil, err
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: subject,
-			NotBefore: now, NotAfter: now.Add(10 * 365 * 24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: ips, DNSNames: dns,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		return der, key, err
-	}
-	serverDER, serverKey, err := issue(2, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
+	serverDER, serverKey, err := ca.issue(2, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
 		[]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost", "kubernetes", "kubernetes.default.svc"})
 	if err != nil {
 		return nil, err
@@ -81,7 +54,7 @@ func newPKI(dir string) (*pki, error) {
 	if err := writeKeyPair(p.serverCert, p.serverKey, serverDER, serverKey); err != nil {
 		return nil, err
 	}
-	adminDER, adminKey, err := issue(3, pkix.Name{CommonName: "nodeconfig-admin", Organization: []string{"system:masters"}}, x509.ExtKeyUsageClientAuth, nil, nil)
+	adminDER, adminKey, err := ca.issue(3, pkix.Name{CommonName: "nodeconfig-admin", Organization: []string{"system:masters"}}, x509.ExtKeyUsageClientAuth, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -162,36 +135,61 @@ func NewAgentTLS(dir string) (AgentTLS, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return t, err
 	}
-	now := time.Now().Add(-time.Hour)
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newAuthority("nodeconfig-agent-ca", 24*time.Hour)
 	if err != nil {
 		return t, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nodeconfig-agent-ca"},
-		NotBefore: now, NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	der, key, err := ca.issue(2, pkix.Name{CommonName: t.ServerName}, x509.ExtKeyUsageServerAuth,
+		[]net.IP{net.ParseIP("127.0.0.1")}, []string{t.ServerName})
 	if err != nil {
 		return t, err
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return t, err
-	}
-	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: t.ServerName},
-		NotBefore: now, NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{t.ServerName}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return t, err
-	}
-	if err := os.WriteFile(t.CAFile, pemBlock("CERTIFICATE", caDER), 0o600); err != nil {
+	if err := os.WriteFile(t.CAFile, pemBlock("CERTIFICATE", ca.der), 0o600); err != nil {
 		return t, err
 	}
 	return t, writeKeyPair(t.CertFile, t.KeyFile, der, key)
+}
+
+// authority is a throwaway certificate authority, made in pure Go.
+type authority struct {
+	der                 []byte
+	cert                *x509.Certificate
+	key                 *ecdsa.PrivateKey
+	notBefore, notAfter time.Time
+}
+
+func newAuthority(commonName string, valid time.Duration) (*authority, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	a := &authority{key: key, notBefore: time.Now().Add(-time.Hour)}
+	a.notAfter = a.notBefore.Add(valid)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: commonName},
+		NotBefore: a.notBefore, NotAfter: a.notAfter,
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	if a.der, err = x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key); err != nil {
+		return nil, err
+	}
+	a.cert, err = x509.ParseCertificate(a.der)
+	return a, err
+}
+
+// issue signs a certificate for a fresh key, valid as long as the authority.
+func (a *authority) issue(serial int64, subject pkix.Name, usage x509.ExtKeyUsage, ips []net.IP, dns []string) ([]byte, *ecdsa.PrivateKey, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: subject,
+		NotBefore: a.notBefore, NotAfter: a.notAfter,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		IPAddresses: ips, DNSNames: dns,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, &key.PublicKey, a.key)
+	return der, key, err
 }
