@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -566,27 +567,15 @@ func countWrites(c *cluster.Cluster) (int, error) {
 
 // memory reads a process's peak and current resident set size in KiB.
 func memory(pid int) (peak, rss int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	proc, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmHWM:":
-			peak = v
-		case "VmRSS:":
-			rss = v
-		}
+	st, err := proc.NewStatus()
+	if err != nil {
+		return 0, 0, err
 	}
-	if peak == 0 {
-		return 0, 0, errors.New("no VmHWM in /proc status")
-	}
-	return peak, rss, nil
+	return int64(st.VmHWM >> 10), int64(st.VmRSS >> 10), nil
 }
 
 func fetch(url string) ([]byte, error) {
