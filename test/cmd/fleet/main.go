@@ -9,6 +9,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +29,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/procfs"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -199,19 +202,7 @@ func run(n int, fsync bool, workers int, keep bool, profiles string) error {
 	}
 	fmt.Printf("  reconciler memory: peak RSS %d MiB, now %d MiB (target <= 100 MiB)\n", peak>>10, rss>>10)
 	if b, err := fetch("http://" + metricsAddr + "/metrics"); err == nil {
-		var parts []string
-		for _, line := range strings.Split(string(b), "\n") {
-			for _, m := range []string{"go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "go_goroutines", "go_memstats_heap_released_bytes", "go_memstats_heap_idle_bytes"} {
-				if f := strings.Fields(line); len(f) == 2 && f[0] == m {
-					v, _ := strconv.ParseFloat(f[1], 64)
-					if m != "go_goroutines" {
-						v /= 1 << 20
-					}
-					parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(m, "go_memstats_"), v))
-				}
-			}
-		}
-		fmt.Printf("    (%s; MiB)\n", strings.Join(parts, ", "))
+		fmt.Printf("    (%s)\n", runtimeMemory(b))
 	}
 	// A Go benchmark line, so benchstat and the bench table read it.
 	fmt.Printf("BenchmarkFleet/nodes=%d 1 %d ns/op %.2f all-active-s %d p50-ms %d p99-ms %d reconciler-peak-rss-MiB %.2f writes/node/change\n",
@@ -576,6 +567,27 @@ func memory(pid int) (peak, rss int64, err error) {
 		return 0, 0, err
 	}
 	return int64(st.VmHWM >> 10), int64(st.VmRSS >> 10), nil
+}
+
+// runtimeMemory summarises the Go runtime's memory gauges of a /metrics page.
+func runtimeMemory(page []byte) string {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(page))
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes",
+		"go_memstats_heap_released_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes"} {
+		if f, ok := families[name]; ok && len(f.GetMetric()) == 1 {
+			v, unit := f.GetMetric()[0].GetGauge().GetValue(), ""
+			if name != "go_goroutines" {
+				v, unit = v/(1<<20), " MiB"
+			}
+			parts = append(parts, fmt.Sprintf("%s %.0f%s", strings.TrimPrefix(name, "go_memstats_"), v, unit))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func fetch(url string) ([]byte, error) {
