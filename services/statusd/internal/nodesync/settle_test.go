@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -58,15 +59,13 @@ func settleFixture(t *testing.T, settleMax time.Duration) (state *atomic.Value, 
 
 func waitAnnotation(t *testing.T, client *fake.Clientset, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		n, err := client.CoreV1().Nodes().Get(context.Background(), "n", metav1.GetOptions{})
-		if err == nil && n.Annotations["state"] == want {
-			return
-		}
-		time.Sleep(time.Millisecond)
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
+		return err == nil && n.Annotations["state"] == want, nil
+	})
+	if err != nil {
+		t.Fatalf("annotation never became %q: %v", want, err)
 	}
-	t.Fatalf("annotation never became %q", want)
 }
 
 // A state that passes by itself (assigned, about to be active) is not
