@@ -1,6 +1,8 @@
 // Command benchtable reads Go benchmark output (make bench collects it) and
 // prints the performance table of docs/performance.md: each figure, its
-// target, what was measured, and the ratio to the anchor or floor.
+// target, what was measured, and the ratio to the anchor or floor. It exits
+// 1 when a figure misses its target, naming each one on stderr, so make
+// bench fails on a regression.
 //
 //	make bench    # runs the benchmarks, then this
 package main
@@ -99,27 +101,45 @@ func main() {
 		defer f.Close()
 		in = f
 	}
-	got, err := parse(in)
+	missed, err := table(in, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
 	}
-	fmt.Println("| figure | target | measured | ratio to anchor or floor | |")
-	fmt.Println("| --- | --- | --- | --- | --- |")
+	if len(missed) > 0 {
+		fmt.Fprintf(os.Stderr, "benchtable: %d target(s) missed: %s\n", len(missed), strings.Join(missed, "; "))
+		os.Exit(1)
+	}
+}
+
+// table prints the performance table for the benchmark output in r and
+// returns the figures that missed their target, each with its target and
+// measurement. A figure that was not run is shown as such and is not a miss:
+// make bench may run a subset.
+func table(r io.Reader, w io.Writer) (missed []string, err error) {
+	got, err := parse(r)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(w, "| figure | target | measured | ratio to anchor or floor | |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
 	for _, r := range rows {
 		v, ok := got[r.bench][r.metric]
 		if !ok {
-			fmt.Printf("| %s | %s | not run | | |\n", r.figure, r.target)
+			fmt.Fprintf(w, "| %s | %s | not run | | |\n", r.figure, r.target)
 			continue
 		}
+		measured := strconv.FormatFloat(v, 'f', -1, 64) + " " + r.metric
 		verdict := "met"
 		if !r.ok(v) {
 			verdict = "MISSED"
+			missed = append(missed, fmt.Sprintf("%s: %s, target %s", r.figure, measured, r.target))
 		}
 		ref := ""
 		if r.reference != nil {
 			ref = r.reference(v)
 		}
-		fmt.Printf("| %s | %s | %s %s | %s | %s |\n", r.figure, r.target, strconv.FormatFloat(v, 'f', -1, 64), r.metric, ref, verdict)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.figure, r.target, measured, ref, verdict)
 	}
+	return missed, nil
 }
