@@ -19,6 +19,7 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
 
 TOOLS    := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl
 TESTBIN  := $(BIN)/kube-apiserver $(BIN)/etcd
+NODEBIN  := $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 SERVICES := checkpointd statusd reconciler
 PACKAGES := nodeconfig.io/...
 
@@ -31,8 +32,10 @@ FLEET_NODES ?= 1000
 
 IMAGE_REPO ?= ghcr.io/nodeconfig
 IMAGE_TAG  ?= v0.1.0
+# The real node's pod sandbox image, built here: the test machine reaches no registry.
+PAUSE_IMAGE := nodeconfig.local/pause:test
 
-.PHONY: help tools testbin generate build lint test bench fleet run clean fuzz images
+.PHONY: help tools testbin nodebin node-packages generate build lint test bench fleet run cluster clean fuzz images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -51,6 +54,18 @@ $(TESTBIN) &: hack/testbin/go.mod hack/testbin/go.sum
 	cd hack/testbin && GOWORK=off CGO_ENABLED=0 go build -ldflags "-s -w" -o $(BIN)/etcd go.etcd.io/etcd/server/v3
 	@touch $(TESTBIN)
 
+nodebin: $(NODEBIN) ## build the real node's kubelet, controller-manager, scheduler and kubectl into ./bin
+
+$(NODEBIN) &: hack/testbin/go.mod hack/testbin/go.sum
+	@echo "building kubelet, kube-controller-manager, kube-scheduler and kubectl $(KUBE_VERSION) (about 4 minutes the first time)..."
+	@for c in kubelet kube-controller-manager kube-scheduler kubectl; do \
+		(cd hack/testbin && GOWORK=off CGO_ENABLED=0 go build -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/$$c k8s.io/kubernetes/cmd/$$c) || exit 1; \
+	done
+	@touch $(NODEBIN)
+
+node-packages: ## containerd, runc, the CNI plugins and iptables from Debian, when missing (needs root)
+	@hack/node-packages.sh
+
 generate: $(TOOLS) ## regenerate the Go code of proto/
 	buf generate
 
@@ -67,6 +82,8 @@ images: $(BIN)/ocibuild ## OCI image tarballs of the services in ./bin/images (d
 		$(BIN)/ocibuild --binary $(BIN)/linux-amd64/$$s --tag $(IMAGE_REPO)/$$s:$(IMAGE_TAG) --out $(BIN)/images/$$s.tar && \
 		echo "$(BIN)/images/$$s.tar  $(IMAGE_REPO)/$$s:$(IMAGE_TAG)"; \
 	done
+	@CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/pause nodeconfig.io/test/cmd/pause
+	@$(BIN)/ocibuild --binary $(BIN)/linux-amd64/pause --tag $(PAUSE_IMAGE) --user 65535:65535 --out $(BIN)/images/pause.tar
 
 lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code
 	@out=$$(gofmt -l proto services test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -76,10 +93,12 @@ lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code
 	@hack/check-generated.sh
 	@hack/check-breaking.sh
 
-test: lint build testbin images ## lint, then every unit and integration test, and one pass of each benchmark
+test: lint build testbin nodebin node-packages images ## lint, then every unit and integration test, the real node, and one pass of each benchmark
 	go test -run '^$$' -bench . -benchtime 1x nodeconfig.io/services/... nodeconfig.io/test/e2e
 	go run nodeconfig.io/test/cmd/fleet -nodes 20
-	go test $(TEST_FLAGS) $(PACKAGES)
+	go test $(TEST_FLAGS) $$(go list $(PACKAGES) | grep -v /test/realnode)
+	@# The real node (root, containerd, a kubelet) runs alone: it is the heaviest package.
+	go test $(TEST_FLAGS) nodeconfig.io/test/realnode/...
 
 bench: build testbin ## every performance figure, then the table of docs/performance.md (about 4 min)
 	@mkdir -p $(CACHE)
@@ -98,6 +117,9 @@ fuzz: ## fuzz each target for FUZZTIME (default 30s)
 
 run: build testbin $(TOOLS) ## the whole system locally: control plane, NODES simulated nodes, reconciler
 	go run nodeconfig.io/test/cmd/localrun --nodes $(NODES) --state $(CURDIR)/.run --bin $(BIN)
+
+cluster: build testbin nodebin node-packages images ## a real one-node cluster (containerd + kubelet, needs root) with the install applied
+	go run nodeconfig.io/test/cmd/realcluster
 
 clean: ## remove built binaries, caches and local run state
 	rm -rf $(BIN) $(CACHE) .run

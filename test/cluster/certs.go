@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -23,9 +24,10 @@ type pki struct {
 	adminCert, adminKey              string
 	saPub, saKey                     string
 	caPEM, adminCertPEM, adminKeyPEM []byte
+	ca                               *authority
 }
 
-func newPKI(dir string) (*pki, error) {
+func newPKI(dir string, serverIPs []net.IP) (*pki, error) {
 	p := &pki{
 		caCert: filepath.Join(dir, "ca.crt"), caKey: filepath.Join(dir, "ca.key"),
 		serverCert: filepath.Join(dir, "apiserver.crt"), serverKey: filepath.Join(dir, "apiserver.key"),
@@ -42,12 +44,13 @@ func newPKI(dir string) (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.ca = ca
 	p.caPEM = pemBlock("CERTIFICATE", ca.der)
 	if err := writeKeyPair(p.caCert, p.caKey, ca.der, ca.key); err != nil {
 		return nil, err
 	}
 	serverDER, serverKey, err := ca.issue(2, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
-		[]net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost", "kubernetes", "kubernetes.default.svc"})
+		append([]net.IP{net.ParseIP("127.0.0.1")}, serverIPs...), []string{"localhost", "kubernetes", "kubernetes.default.svc"})
 	if err != nil {
 		return nil, err
 	}
@@ -111,11 +114,59 @@ func (p *pki) load() bool {
 	p.caPEM = read(p.caCert)
 	p.adminCertPEM = read(p.adminCert)
 	p.adminKeyPEM = read(p.adminKey)
+	caKey := read(p.caKey)
 	for _, f := range []string{p.serverCert, p.serverKey, p.saPub, p.saKey} {
 		read(f)
 	}
+	if err != nil {
+		return false
+	}
+	p.ca, err = loadAuthority(p.caPEM, caKey)
 	return err == nil
 }
+
+// loadAuthority reads back an authority written by writeKeyPair.
+func loadAuthority(certPEM, keyPEM []byte) (*authority, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("no PEM block")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	return &authority{der: cb.Bytes, cert: cert, key: key, notBefore: cert.NotBefore, notAfter: cert.NotAfter}, nil
+}
+
+// ClientKubeconfig writes a kubeconfig at path for a fresh client
+// certificate of user in groups (e.g. a kubelet's system:node:NAME in
+// system:nodes), signed by the cluster's CA.
+func (c *Cluster) ClientKubeconfig(path, user string, groups []string) error {
+	der, key, err := c.pki.ca.issue(time.Now().UnixNano(), pkix.Name{CommonName: user, Organization: groups}, x509.ExtKeyUsageClientAuth, nil, nil)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return c.writeKubeconfigFor(path, pemBlock("CERTIFICATE", der), pemBlock("EC PRIVATE KEY", keyDER))
+}
+
+// CAFile is the cluster CA's certificate, which signs every client and
+// serving certificate of the control plane.
+func (c *Cluster) CAFile() string { return c.pki.caCert }
+
+// AdminCertFiles are the admin client certificate and key (system:masters).
+func (c *Cluster) AdminCertFiles() (cert, key string) { return c.pki.adminCert, c.pki.adminKey }
+
+// ServiceAccountKeyFile is the private key that signs ServiceAccount tokens.
+func (c *Cluster) ServiceAccountKeyFile() string { return c.pki.saKey }
 
 // AgentTLS is a CA and one serving certificate for every agent, as the
 // shipped manifests expect them in the nodeconfig-agent-tls Secret: the

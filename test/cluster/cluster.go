@@ -7,6 +7,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -34,6 +35,13 @@ type Options struct {
 	DurableEtcd bool
 	// AuditLog writes the API server's audit log (metadata level) to Dir/audit.log.
 	AuditLog bool
+	// RealNode readies the API server for a real kubelet and real pods: it
+	// also listens on PodsReachAt (an address on the node's pod bridge, named
+	// in its certificate) at a fixed Port, admits pods with their
+	// ServiceAccount tokens, and authorizes kubelets with the Node authorizer.
+	RealNode    bool
+	PodsReachAt net.IP
+	Port        int
 }
 
 // Cluster is a running control plane.
@@ -62,7 +70,11 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{Dir: o.Dir}
-	if c.pki, err = newPKI(filepath.Join(o.Dir, "pki")); err != nil {
+	var serverIPs []net.IP
+	if o.PodsReachAt != nil {
+		serverIPs = append(serverIPs, o.PodsReachAt)
+	}
+	if c.pki, err = newPKI(filepath.Join(o.Dir, "pki"), serverIPs); err != nil {
 		return nil, fmt.Errorf("make certificates: %w", err)
 	}
 	ports := make([]int, 3)
@@ -86,10 +98,18 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if c.Etcd, err = proc.Start("etcd", etcdBin, etcdArgs, filepath.Join(o.Dir, "logs", "etcd.log")); err != nil {
 		return nil, err
 	}
+	if o.Port != 0 {
+		ports[2] = o.Port
+	}
 	c.URL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
+	bind, advertise := "127.0.0.1", "127.0.0.1"
+	if o.PodsReachAt != nil {
+		// One address cannot be both loopback (tests) and on the bridge (pods).
+		bind, advertise = "0.0.0.0", o.PodsReachAt.String()
+	}
 	apiArgs := []string{
 		"--etcd-servers", etcdClient,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		"--bind-address", bind, "--advertise-address", advertise,
 		"--secure-port", strconv.Itoa(ports[2]),
 		"--cert-dir", filepath.Join(o.Dir, "pki"),
 		"--tls-cert-file", c.pki.serverCert, "--tls-private-key-file", c.pki.serverKey,
@@ -97,12 +117,21 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", c.pki.saPub, "--service-account-signing-key-file", c.pki.saKey,
 		"--api-audiences", "https://kubernetes.default.svc",
-		"--authorization-mode", "RBAC",
 		"--endpoint-reconciler-type", "none",
-		"--disable-admission-plugins", "ServiceAccount",
 		"--service-cluster-ip-range", "10.96.0.0/24",
 		"--enable-priority-and-fairness=false",
 		"--v", "1",
+	}
+	if o.RealNode {
+		apiArgs = append(apiArgs,
+			"--authorization-mode", "Node,RBAC",
+			"--enable-admission-plugins", "NodeRestriction",
+			"--kubelet-client-certificate", c.pki.adminCert, "--kubelet-client-key", c.pki.adminKey,
+			"--kubelet-certificate-authority", c.pki.caCert,
+			"--kubelet-preferred-address-types", "InternalIP")
+	} else {
+		// Without a kubelet nothing mounts ServiceAccount tokens.
+		apiArgs = append(apiArgs, "--authorization-mode", "RBAC", "--disable-admission-plugins", "ServiceAccount")
 	}
 	if o.AuditLog {
 		policy := filepath.Join(o.Dir, "audit-policy.yaml")
@@ -159,12 +188,16 @@ func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 func (c *Cluster) writeKubeconfig() error {
+	return c.writeKubeconfigFor(c.Kubeconfig, c.pki.adminCertPEM, c.pki.adminKeyPEM)
+}
+
+func (c *Cluster) writeKubeconfigFor(path string, certPEM, keyPEM []byte) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["nodeconfig"] = &clientcmdapi.Cluster{Server: c.URL, CertificateAuthorityData: c.pki.caPEM}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: c.pki.adminCertPEM, ClientKeyData: c.pki.adminKeyPEM}
-	cfg.Contexts["nodeconfig"] = &clientcmdapi.Context{Cluster: "nodeconfig", AuthInfo: "admin"}
+	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.Contexts["nodeconfig"] = &clientcmdapi.Context{Cluster: "nodeconfig", AuthInfo: "user"}
 	cfg.CurrentContext = "nodeconfig"
-	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
+	return clientcmd.WriteToFile(*cfg, path)
 }
 
 // InstallCRDs creates every CRD in deploy/crd and waits until each is

@@ -1,0 +1,50 @@
+// Package nodeview reads what a Node says about its config, as a user sees
+// it: the config-status annotation and the NodeConfigReady condition.
+package nodeview
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// The names statusd writes on each Node.
+const (
+	Annotation    = "nodeconfig.io/config-status"
+	ConditionType = "NodeConfigReady"
+)
+
+// Read returns the node's NodeConfigStatus annotation and its NodeConfigReady
+// condition; an error while either is missing.
+func Read(ctx context.Context, client kubernetes.Interface, node string) (corev1.NodeConfigStatus, *corev1.NodeCondition, error) {
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return corev1.NodeConfigStatus{}, nil, err
+	}
+	var st corev1.NodeConfigStatus
+	raw, ok := n.Annotations[Annotation]
+	if !ok {
+		return st, nil, fmt.Errorf("node %s has no config-status annotation yet", node)
+	}
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		return st, nil, err
+	}
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == ConditionType {
+			return st, &n.Status.Conditions[i], nil
+		}
+	}
+	return st, nil, fmt.Errorf("node %s has no %s condition yet", node, ConditionType)
+}
+
+// ResourceVersion is the ConfigMap version a source pins, "" for none.
+func ResourceVersion(src *corev1.NodeConfigSource) string {
+	if src == nil || src.ConfigMap == nil {
+		return ""
+	}
+	return src.ConfigMap.ResourceVersion
+}

@@ -1,0 +1,227 @@
+package realnode_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"nodeconfig.io/test/nodeview"
+	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/realnode"
+)
+
+const (
+	namespace = "nodeconfig-system"
+	dropIn    = "50-nodeconfig.conf"
+)
+
+// The install exactly as the README's "Install on a cluster" says, on a real
+// kubelet: the agent DaemonSet and both reconciler replicas run and stay up,
+// a NodeConfig with validator kubelet rolls a drop-in into the kubelet's
+// --config-dir, the restarted kubelet runs it, the Node goes active ->
+// soaking -> last-known-good, and deleting the NodeConfig brings the kubelet
+// back to its base config.
+func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	client := node.Cluster.Client
+	work := t.TempDir()
+	if err := node.Install(ctx, work, func(s string) { t.Log(s) }); err != nil {
+		t.Fatalf("README install: %v\n%s", err, diagnose(ctx))
+	}
+
+	// Both replicas Ready, one leader among them; the agent Ready.
+	pods := waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
+	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
+	lease, err := client.CoordinationV1().Leases(namespace).Get(ctx, "nodeconfig-reconciler", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil {
+		t.Fatalf("no leader: %v %+v", err, lease)
+	}
+	if leader := *lease.Spec.HolderIdentity; leader != pods[0].Name && leader != pods[1].Name {
+		t.Fatalf("leader %q is neither replica (%s, %s)", leader, pods[0].Name, pods[1].Name)
+	}
+
+	// The agent writes the drop-in where the real kubelet reads it.
+	cm, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(realnode.ConfigDir, dropIn), cm.Data["config.yaml"])
+	waitStatus(ctx, t, "the new config active", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return nodeview.ResourceVersion(st.Active) == cm.ResourceVersion
+	})
+	restartKubelet(ctx, t)
+	waitKubeletMaxPods(ctx, t, 57)
+
+	waitStatus(ctx, t, "soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return c.Reason == "Soaking" || nodeview.ResourceVersion(st.LastKnownGood) == cm.ResourceVersion
+	})
+	waitStatus(ctx, t, "last-known-good", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return nodeview.ResourceVersion(st.LastKnownGood) == cm.ResourceVersion && c.Status == corev1.ConditionTrue && c.Reason == "Active"
+	})
+
+	// Deleting the NodeConfig resets the node: no drop-in, the base config.
+	runReadmeCommand(ctx, t, work, "kubectl delete nodeconfig workers --wait=true --timeout=2m")
+	waitGone(t, filepath.Join(realnode.ConfigDir, dropIn))
+	waitStatus(ctx, t, "the local default", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return st.Assigned == nil && st.Active == nil && st.LastKnownGood == nil && c.Reason == "LocalDefault"
+	})
+	restartKubelet(ctx, t)
+	waitKubeletMaxPods(ctx, t, 110)
+
+	// No container of the install restarted: a crash loop fails the test.
+	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		for _, s := range p.Status.ContainerStatuses {
+			if s.RestartCount != 0 || !s.Ready {
+				t.Errorf("pod %s container %s: ready=%v restarts=%d (last state %+v)", p.Name, s.Name, s.Ready, s.RestartCount, s.LastTerminationState)
+			}
+		}
+	}
+}
+
+func runReadmeCommand(ctx context.Context, t *testing.T, dir, line string) {
+	t.Helper()
+	out, err := node.Shell(ctx, dir, line)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, diagnose(ctx))
+	}
+	t.Logf("$ %s\n%s", line, out)
+}
+
+// diagnose says what the install's pods are doing, for a failure message.
+func diagnose(ctx context.Context) string {
+	var b strings.Builder
+	list, err := node.Cluster.Client.CoreV1().Pods("").List(context.WithoutCancel(ctx), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	for _, p := range list.Items {
+		fmt.Fprintf(&b, "pod %s/%s node=%q phase=%s\n", p.Namespace, p.Name, p.Spec.NodeName, p.Status.Phase)
+		for _, c := range p.Status.Conditions {
+			fmt.Fprintf(&b, "  %s=%s %s\n", c.Type, c.Status, c.Message)
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, "  container %s ready=%v restarts=%d state=%+v last=%+v\n", s.Name, s.Ready, s.RestartCount, s.State, s.LastTerminationState)
+		}
+	}
+	return b.String()
+}
+
+func waitPodsReady(ctx context.Context, t *testing.T, selector string, want int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	err := proc.WaitFor(3*time.Minute, func() (bool, error) {
+		list, err := node.Cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return false, err
+		}
+		pods = nil
+		for _, p := range list.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					pods = append(pods, p)
+				}
+			}
+		}
+		return len(pods) == want && len(list.Items) == want, fmt.Errorf("%d of %d pods %s ready, want %d", len(pods), len(list.Items), selector, want)
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, diagnose(ctx))
+	}
+	return pods
+}
+
+func waitStatus(ctx context.Context, t *testing.T, what string, check func(corev1.NodeConfigStatus, *corev1.NodeCondition) bool) {
+	t.Helper()
+	var last string
+	err := proc.WaitFor(2*time.Minute, func() (bool, error) {
+		st, c, err := nodeview.Read(ctx, node.Cluster.Client, realnode.NodeName)
+		if err != nil {
+			return false, err
+		}
+		last = fmt.Sprintf("%+v %s/%s %q", st, c.Status, c.Reason, c.Message)
+		return check(st, c), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v (last: %s)\n%s", what, err, last, diagnose(ctx))
+	}
+	t.Logf("node is %s: %s", what, last)
+}
+
+// restartKubelet stops the kubelet as systemd would (SIGTERM to the pid in
+// its pid file); its supervisor starts it again, which rereads the drop-ins.
+func restartKubelet(ctx context.Context, t *testing.T) {
+	t.Helper()
+	starts := node.Kubelet.Starts()
+	if err := syscall.Kill(node.Kubelet.Pid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := proc.WaitFor(time.Minute, func() (bool, error) {
+		return node.Kubelet.Starts() > starts && realnode.KubeletHealthy(), fmt.Errorf("kubelet not back and healthy")
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, node.Kubelet.Tail(3000))
+	}
+}
+
+// waitKubeletMaxPods waits until the running kubelet uses maxPods, as it
+// says itself (/configz) and as the Node's capacity shows it.
+func waitKubeletMaxPods(ctx context.Context, t *testing.T, want int64) {
+	t.Helper()
+	err := proc.WaitFor(time.Minute, func() (bool, error) {
+		cfg, err := node.Configz(ctx)
+		if err != nil {
+			return false, err
+		}
+		if got, _ := cfg["maxPods"].(float64); int64(got) != want {
+			return false, fmt.Errorf("configz maxPods %v", cfg["maxPods"])
+		}
+		n, err := node.Cluster.Client.CoreV1().Nodes().Get(ctx, realnode.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if got := n.Status.Capacity.Pods().Value(); got != want {
+			return false, fmt.Errorf("capacity.pods %d", got)
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("kubelet maxPods %d: %v", want, err)
+	}
+}
+
+func waitFile(t *testing.T, path, want string) {
+	t.Helper()
+	var got []byte
+	err := proc.WaitFor(2*time.Minute, func() (bool, error) {
+		var err error
+		got, err = os.ReadFile(path)
+		return err == nil && string(got) == want, err
+	})
+	if err != nil {
+		t.Fatalf("%s: %v (content %q, want %q)\n%s", path, err, got, want, diagnose(context.Background()))
+	}
+}
+
+func waitGone(t *testing.T, path string) {
+	t.Helper()
+	err := proc.WaitFor(2*time.Minute, func() (bool, error) {
+		_, err := os.Stat(path)
+		return os.IsNotExist(err), fmt.Errorf("%s still there (%v)", path, err)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,414 @@
+// Package realnode runs a real one-node Kubernetes cluster on this machine:
+// etcd and kube-apiserver (test/cluster), kube-controller-manager,
+// kube-scheduler, containerd and a kubelet that runs real pods. Everything
+// listens on loopback, and pods live on a bridge the harness creates; no
+// traffic goes anywhere else. It needs root, and undoes every change it makes
+// to the host when it stops and, after a killed run, when it starts
+// (hoststate).
+package realnode
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"nodeconfig.io/test/cluster"
+	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/realnode/hoststate"
+)
+
+// The fixed facts of the node; test/realnode/overlay names Root's paths and
+// the API server's address.
+const (
+	// Root holds all the node's state: the control plane's, containerd's,
+	// the kubelet's and the agent's host directories.
+	Root = "/var/lib/nodeconfig-realnode"
+	// NodeName is the Node's name.
+	NodeName = "nodeconfig-node"
+	// Bridge carries the pods; Gateway is the host's address on it, the
+	// node's InternalIP, where pods reach the API server and the kubelet.
+	Bridge    = "ncbr0"
+	PodSubnet = "10.244.0.0/24"
+	Gateway   = "10.244.0.1"
+	// APIPort is the API server's port (fixed: the overlay tells pods).
+	APIPort = 16443
+	// PauseImage is containerd's sandbox image, built by 'make images'
+	// (PAUSE_IMAGE in the Makefile).
+	PauseImage = "nodeconfig.local/pause:test"
+	// KubeletHealthz is the kubelet's health endpoint.
+	KubeletHealthz = "http://127.0.0.1:10248/healthz"
+)
+
+// Paths inside Root that the agent's hostPath volumes name.
+var (
+	// ConfigDir is the kubelet's --config-dir, where the agent writes its drop-in.
+	ConfigDir = filepath.Join(Root, "kubelet.conf.d")
+	// AgentStateDir is the agent's store (deploy: /var/lib/nodeconfig).
+	AgentStateDir = filepath.Join(Root, "agent-state")
+	// KubeletPidFile is where the kubelet's supervisor writes its pid.
+	KubeletPidFile = filepath.Join(Root, "kubelet.pid")
+)
+
+// Node is a running one-node cluster.
+type Node struct {
+	Cluster           *cluster.Cluster
+	Containerd        *proc.Process
+	Kubelet           *Supervisor
+	ControllerManager *proc.Process
+	Scheduler         *proc.Process
+	// KubeletConfig is the kubelet's base --config file.
+	KubeletConfig string
+	// Logs is the directory of every component's log.
+	Logs string
+
+	host        *hoststate.Before
+	containerd  string // socket
+	adminClient *http.Client
+}
+
+// Start brings the node up and waits until the Node is Ready. Images are
+// docker-archive tarballs imported into containerd before the kubelet starts.
+func Start(ctx context.Context, images ...string) (n *Node, err error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the real node needs root (containerd, the kubelet, a bridge)")
+	}
+	bins := map[string]string{}
+	for _, b := range []string{"kubelet", "kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"} {
+		if bins[b], err = proc.Binary(b); err != nil {
+			return nil, fmt.Errorf("%w (make nodebin testbin)", err)
+		}
+	}
+	for _, b := range []string{"containerd", "runc", "ctr", "/usr/lib/cni/bridge", "iptables"} {
+		path, err := exec.LookPath(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s is missing: make node-packages installs it from Debian", b)
+		}
+		bins[b] = path
+	}
+	n = &Node{Logs: filepath.Join(Root, "logs"), containerd: filepath.Join(Root, "containerd", "containerd.sock")}
+	n.host, err = hoststate.Take(hoststate.Before{
+		Root: Root, Bridge: Bridge, Address: n.containerd,
+		Binaries: []string{bins["kubelet"], bins["kube-controller-manager"], bins["kube-scheduler"], bins["kube-apiserver"], bins["etcd"], bins["containerd"]},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w (logs in %s)", err, n.Logs)
+			_ = n.stopProcesses()
+			if uerr := n.host.Undo(); uerr != nil {
+				err = fmt.Errorf("%w; and undoing host changes: %v", err, uerr)
+			}
+		}
+	}()
+	for _, d := range []string{n.Logs, ConfigDir, AgentStateDir, filepath.Join(Root, "cni", "net.d")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := makeBridge(); err != nil {
+		return nil, err
+	}
+	n.Cluster, err = cluster.Start(ctx, cluster.Options{
+		Dir: filepath.Join(Root, "control-plane"), RealNode: true, PodsReachAt: net.ParseIP(Gateway), Port: APIPort,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("control plane: %w", err)
+	}
+	if err := n.startContainerd(bins["containerd"]); err != nil {
+		return nil, err
+	}
+	for _, img := range append([]string{pauseTarball()}, images...) {
+		if err := n.ImportImage(img); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.startKubelet(bins["kubelet"]); err != nil {
+		return nil, err
+	}
+	if err := n.startControllers(bins["kube-controller-manager"], bins["kube-scheduler"]); err != nil {
+		return nil, err
+	}
+	if err := n.WaitNodeReady(ctx, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func pauseTarball() string {
+	bin, _ := proc.BinDir()
+	return filepath.Join(bin, "images", "pause.tar")
+}
+
+func makeBridge() error {
+	if l, err := netlink.LinkByName(Bridge); err == nil {
+		_ = netlink.LinkDel(l)
+	}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: Bridge}}
+	if err := netlink.LinkAdd(br); err != nil {
+		return fmt.Errorf("create bridge %s: %w", Bridge, err)
+	}
+	addr, err := netlink.ParseAddr(Gateway + "/24")
+	if err != nil {
+		return err
+	}
+	if err := netlink.AddrAdd(br, addr); err != nil {
+		return fmt.Errorf("address %s on %s: %w", Gateway, Bridge, err)
+	}
+	return netlink.LinkSetUp(br)
+}
+
+func (n *Node) startContainerd(bin string) error {
+	dir := filepath.Join(Root, "containerd")
+	cfg := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = "%[3]s.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[4]q
+  # root here lacks CAP_SYS_RESOURCE: runc may not lower oom_score_adj.
+  restrict_oom_score_adj = true
+  enable_cdi = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        Root = %[5]q
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %[6]q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), n.containerd, PauseImage, filepath.Join(dir, "runc"), filepath.Join(Root, "cni", "net.d"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	// ipMasq is off: pods talk only to each other and to the host on the bridge.
+	cni := fmt.Sprintf(`{"cniVersion": "0.4.0", "name": "nodeconfig-realnode", "plugins": [{"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true, "ipam": {"type": "host-local", "ranges": [[{"subnet": %q, "gateway": %q}]], "dataDir": %q}}]}`,
+		Bridge, PodSubnet, Gateway, filepath.Join(Root, "cni", "ipam"))
+	if err := os.WriteFile(filepath.Join(Root, "cni", "net.d", "10-nodeconfig.conflist"), []byte(cni), 0o644); err != nil {
+		return err
+	}
+	var err error
+	if n.Containerd, err = proc.Start("containerd", bin, []string{"--config", cfgPath}, filepath.Join(n.Logs, "containerd.log")); err != nil {
+		return err
+	}
+	return proc.WaitFor(30*time.Second, func() (bool, error) {
+		if !n.Containerd.Running() {
+			return false, fmt.Errorf("containerd exited: %v\n%s", n.Containerd.ExitError(), n.Containerd.Tail(2000))
+		}
+		out, err := n.ctr("version")
+		if err != nil {
+			return false, fmt.Errorf("containerd not answering: %v: %s", err, out)
+		}
+		return true, nil
+	})
+}
+
+func (n *Node) ctr(args ...string) ([]byte, error) {
+	return exec.Command("ctr", append([]string{"--address", n.containerd, "--namespace", "k8s.io"}, args...)...).CombinedOutput()
+}
+
+// ImportImage loads a docker-archive tarball into containerd's Kubernetes
+// namespace, where the kubelet finds it without a registry.
+func (n *Node) ImportImage(tarball string) error {
+	if out, err := n.ctr("images", "import", tarball); err != nil {
+		return fmt.Errorf("import %s: %v: %s", tarball, err, out)
+	}
+	return nil
+}
+
+func (n *Node) startKubelet(bin string) error {
+	kubeconfig := filepath.Join(Root, "kubelet.kubeconfig")
+	if err := n.Cluster.ClientKubeconfig(kubeconfig, "system:node:"+NodeName, []string{"system:nodes"}); err != nil {
+		return err
+	}
+	n.KubeletConfig = filepath.Join(Root, "kubelet-config.yaml")
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# cgroups here are v1.
+failCgroupV1: false
+failSwapOn: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://%[1]s
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: %[2]q}
+authorization: {mode: AlwaysAllow}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+podLogsDir: %[3]q
+volumePluginDir: %[4]q
+resolvConf: ""
+syncFrequency: 10s
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 50Mi, nodefs.available: 1%%, imagefs.available: 1%%, nodefs.inodesFree: 1%%}
+`, n.containerd, n.Cluster.CAFile(), filepath.Join(Root, "pod-logs"), filepath.Join(Root, "volume-plugins"))
+	if err := os.WriteFile(n.KubeletConfig, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	args := []string{
+		"--config", n.KubeletConfig, "--config-dir", ConfigDir,
+		"--kubeconfig", kubeconfig, "--root-dir", filepath.Join(Root, "kubelet"),
+		"--hostname-override", NodeName, "--node-ip", Gateway,
+		"--v", "1",
+	}
+	var err error
+	n.Kubelet, err = Supervise("kubelet", bin, args, filepath.Join(n.Logs, "kubelet.log"), KubeletPidFile)
+	return err
+}
+
+func (n *Node) startControllers(kcm, scheduler string) error {
+	var err error
+	kubeconfig := n.Cluster.Kubeconfig
+	n.ControllerManager, err = proc.Start("kube-controller-manager", kcm, []string{
+		"--kubeconfig", kubeconfig, "--leader-elect=false",
+		"--bind-address", "127.0.0.1", "--secure-port", "0",
+		"--controllers", "daemonset-controller,deployment-controller,replicaset-controller,garbage-collector-controller,node-lifecycle-controller,serviceaccount-controller,root-ca-certificate-publisher-controller,disruption-controller",
+		"--root-ca-file", n.Cluster.CAFile(),
+		"--service-account-private-key-file", n.Cluster.ServiceAccountKeyFile(),
+		"--v", "1",
+	}, filepath.Join(n.Logs, "kube-controller-manager.log"))
+	if err != nil {
+		return err
+	}
+	n.Scheduler, err = proc.Start("kube-scheduler", scheduler, []string{
+		"--kubeconfig", kubeconfig, "--leader-elect=false",
+		"--bind-address", "127.0.0.1", "--secure-port", "0",
+		"--v", "1",
+	}, filepath.Join(n.Logs, "kube-scheduler.log"))
+	return err
+}
+
+// WaitNodeReady waits until the Node reports Ready.
+func (n *Node) WaitNodeReady(ctx context.Context, timeout time.Duration) error {
+	err := proc.WaitFor(timeout, func() (bool, error) {
+		node, err := n.Cluster.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, fmt.Errorf("node %s: Ready=%s %s", NodeName, c.Status, c.Message)
+			}
+		}
+		return false, fmt.Errorf("node %s has no Ready condition", NodeName)
+	})
+	if err != nil {
+		return fmt.Errorf("%w\nkubelet log:\n%s", err, n.Kubelet.Tail(3000))
+	}
+	return nil
+}
+
+// KubeletHealthy reports whether the kubelet's healthz answers ok.
+func KubeletHealthy() bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(KubeletHealthz)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode == http.StatusOK && strings.TrimSpace(string(body)) == "ok"
+}
+
+// Configz is the configuration the running kubelet uses, from its own
+// /configz on loopback (the API server does not proxy to this node's kubelet
+// port for us: the test reads it directly).
+func (n *Node) Configz(ctx context.Context) (map[string]any, error) {
+	if n.adminClient == nil {
+		cert, key := n.Cluster.AdminCertFiles()
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, err
+		}
+		// The kubelet serves a self-signed certificate; this is loopback.
+		n.adminClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true},
+		}}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:10250/configz", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.adminClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("configz: %s: %s", resp.Status, body)
+	}
+	var out struct {
+		KubeletConfig map[string]any `json:"kubeletconfig"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, err
+	}
+	return out.KubeletConfig, nil
+}
+
+func (n *Node) stopProcesses() error {
+	var errs []string
+	if n.Scheduler != nil {
+		_ = n.Scheduler.Stop(5 * time.Second)
+	}
+	if n.ControllerManager != nil {
+		_ = n.ControllerManager.Stop(5 * time.Second)
+	}
+	if n.Kubelet != nil {
+		_ = n.Kubelet.Stop(10 * time.Second)
+	}
+	if n.Containerd != nil {
+		_ = n.Containerd.Stop(10 * time.Second)
+	}
+	if n.Cluster != nil {
+		n.Cluster.Stop()
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Stop stops every process of the node (and the pods' containers) and undoes
+// every change to the host. The logs are kept in keepLogs when it is not empty.
+func (n *Node) Stop(keepLogs string) error {
+	_ = n.stopProcesses()
+	if keepLogs != "" {
+		_ = exec.Command("cp", "-r", n.Logs, keepLogs).Run()
+	}
+	return n.host.Undo()
+}
+
+// Leftovers lists what still differs on the host from before Start.
+func (n *Node) Leftovers() []string { return n.host.Leftovers() }
