@@ -79,17 +79,14 @@ type Node struct {
 	adminClient *http.Client
 }
 
-// Start brings the node up and waits until the Node is Ready. Images are
-// docker-archive tarballs imported into containerd before the kubelet starts.
-func Start(ctx context.Context, images ...string) (n *Node, err error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("the real node needs root (containerd, the kubelet, a bridge)")
-	}
+func binaries() (map[string]string, error) {
 	bins := map[string]string{}
 	for _, b := range []string{"kubelet", "kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"} {
-		if bins[b], err = proc.Binary(b); err != nil {
+		path, err := proc.Binary(b)
+		if err != nil {
 			return nil, fmt.Errorf("%w (make nodebin testbin)", err)
 		}
+		bins[b] = path
 	}
 	for _, b := range []string{"containerd", "runc", "ctr", "/usr/lib/cni/bridge", "iptables"} {
 		path, err := exec.LookPath(b)
@@ -98,12 +95,21 @@ func Start(ctx context.Context, images ...string) (n *Node, err error) {
 		}
 		bins[b] = path
 	}
-	n = &Node{Logs: filepath.Join(Root, "logs"), containerd: filepath.Join(Root, "containerd", "containerd.sock")}
-	n.host, err = hoststate.Take(hoststate.Before{
-		Root: Root, Bridge: Bridge, Address: n.containerd,
-		Binaries: []string{bins["kubelet"], bins["kube-controller-manager"], bins["kube-scheduler"], bins["kube-apiserver"], bins["etcd"], bins["containerd"]},
-	})
+	return bins, nil
+}
+
+// Start brings the node up and waits until the Node is Ready. Images are
+// docker-archive tarballs imported into containerd before the kubelet starts.
+func Start(ctx context.Context, images ...string) (n *Node, err error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("the real node needs root (containerd, the kubelet, a bridge)")
+	}
+	bins, err := binaries()
 	if err != nil {
+		return nil, err
+	}
+	n = &Node{Logs: filepath.Join(Root, "logs"), containerd: containerdSocket}
+	if n.host, err = hoststate.Take(hostFacts(bins)); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -147,6 +153,27 @@ func Start(ctx context.Context, images ...string) (n *Node, err error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+var containerdSocket = filepath.Join(Root, "containerd", "containerd.sock")
+
+// hostFacts says which host state is the node's: its root, bridge, socket
+// and binaries.
+func hostFacts(bins map[string]string) hoststate.Before {
+	return hoststate.Before{
+		Root: Root, Bridge: Bridge, Address: containerdSocket,
+		Binaries: []string{bins["kubelet"], bins["kube-controller-manager"], bins["kube-scheduler"], bins["kube-apiserver"], bins["etcd"], bins["containerd"]},
+	}
+}
+
+// ObserveHost records the host as it is now, to compare it with after a run
+// of the node that this process does not control (make cluster).
+func ObserveHost() (*hoststate.Before, error) {
+	bins, err := binaries()
+	if err != nil {
+		return nil, err
+	}
+	return hoststate.Observe(hostFacts(bins)), nil
 }
 
 func pauseTarball() string {

@@ -66,6 +66,20 @@ func Take(b Before) (*Before, error) {
 	if err := UndoLeftovers(b.Root); err != nil {
 		return nil, fmt.Errorf("undo an earlier run's changes: %w", err)
 	}
+	observed := Observe(b)
+	buf, err := json.MarshalIndent(observed, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := writeSynced(recordFile(b.Root), buf); err != nil {
+		return nil, err
+	}
+	return observed, nil
+}
+
+// Observe records the machine's state without keeping a record or undoing
+// anything: what a test compares the machine with after a run.
+func Observe(b Before) *Before {
 	b.Sysctls = map[string]string{}
 	for _, s := range Sysctls {
 		if v, err := os.ReadFile(filepath.Join("/proc/sys", s)); err == nil {
@@ -92,14 +106,7 @@ func Take(b Before) (*Before, error) {
 	}
 	_, err := netlink.LinkByName(b.Bridge)
 	b.BridgeHere = err == nil
-	buf, err := json.MarshalIndent(b, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := writeSynced(recordFile(b.Root), buf); err != nil {
-		return nil, err
-	}
-	return &b, nil
+	return &b
 }
 
 // UndoLeftovers undoes an earlier run whose record is still on disk.
