@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -42,13 +43,16 @@ func BenchmarkBurstCoalescing(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = s.Run(ctx) }()
+	// waitFor fails the benchmark if the Node does not show want within
+	// 10 s: a lost change must not hang make bench.
 	waitFor := func(want int64) {
-		for {
+		b.Helper()
+		err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 			n, err := client.CoreV1().Nodes().Get(ctx, "n", metav1.GetOptions{})
-			if err == nil && n.Annotations["counter"] == strconv.FormatInt(want, 10) {
-				return
-			}
-			time.Sleep(time.Millisecond)
+			return err == nil && n.Annotations["counter"] == strconv.FormatInt(want, 10), nil
+		})
+		if err != nil {
+			b.Fatalf("the Node's counter never became %d: %v", want, err)
 		}
 	}
 	s.Trigger()
@@ -58,11 +62,14 @@ func BenchmarkBurstCoalescing(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		before := patches.Load()
+		// The burst's pace, not a wait for a result: 50 changes 2 ms apart.
+		tick := time.NewTicker(2 * time.Millisecond)
 		for range 50 {
 			value.Add(1)
 			s.Trigger()
-			time.Sleep(2 * time.Millisecond)
+			<-tick.C
 		}
+		tick.Stop()
 		last := time.Now()
 		waitFor(value.Load())
 		totalDelay += time.Since(last)
