@@ -30,6 +30,8 @@ func run() error {
 	gcMinAge := fs.Duration("gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for TokenReview with --auth=token; empty means in-cluster config")
 	noFsync := fs.Bool("unsafe-no-fsync", false, "skip fsync of the store (tests and benchmarks only: a crash can lose writes)")
+	var cf consumerFlags
+	cf.register(fs)
 	if err := servekit.Parse(fs, "checkpointd", "Stores config checkpoints and the assigned/active/lastKnownGood/error records of one node."); err != nil {
 		return err
 	}
@@ -54,9 +56,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	gate, err := cf.gate(log)
+	if err != nil {
+		return err
+	}
 	ckd, err := server.Open(server.Options{
 		StateDir: *stateDir, TargetDir: *targetDir, TargetFile: *targetFile, NoSync: *noFsync,
-		MaxWatchers: *maxWatchers, Registerer: srv.Registry, Log: log,
+		MaxWatchers: *maxWatchers, Registerer: srv.Registry, Log: log, Consumer: gate,
 	})
 	if err != nil {
 		return err
@@ -67,5 +73,6 @@ func run() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go ckd.RunGC(ctx, *gcInterval, *gcMinAge)
+	go ckd.RunConsumer(ctx)
 	return srv.Serve(ctx, nodeconfigv1.CheckpointService_ServiceDesc.ServiceName)
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,11 +23,14 @@ const (
 )
 
 // The install exactly as the README's "Install on a cluster" says, on a real
-// kubelet: the agent DaemonSet and both reconciler replicas run and stay up,
+// kubelet: the agent DaemonSet and both reconciler replicas run and stay up;
 // a NodeConfig with validator kubelet rolls a drop-in into the kubelet's
-// --config-dir, the restarted kubelet runs it, the Node goes active ->
-// soaking -> last-known-good, and deleting the NodeConfig brings the kubelet
-// back to its base config.
+// --config-dir, the agent restarts the kubelet, which runs it, and the Node
+// goes active -> soaking -> last-known-good; a config the validator lets
+// through but the kubelet refuses is rolled back by the agent, the kubelet
+// is healthy on last-known-good and the rollout halts; deleting the
+// NodeConfig brings the kubelet back to its base config. Nobody touches the
+// kubelet but the agent.
 func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -58,8 +60,11 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	waitStatus(ctx, t, "the new config active", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return nodeview.ResourceVersion(st.Active) == cm.ResourceVersion
 	})
-	restartKubelet(ctx, t)
+	starts := node.Kubelet.Starts()
 	waitKubeletMaxPods(ctx, t, 57)
+	if node.Kubelet.Starts() == starts {
+		t.Fatal("the kubelet runs the drop-in without having been restarted")
+	}
 
 	waitStatus(ctx, t, "soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return c.Reason == "Soaking" || nodeview.ResourceVersion(st.LastKnownGood) == cm.ResourceVersion
@@ -68,13 +73,29 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 		return nodeview.ResourceVersion(st.LastKnownGood) == cm.ResourceVersion && c.Status == corev1.ConditionTrue && c.Reason == "Active"
 	})
 
+	// A config the validator lets through and the kubelet refuses (it exits
+	// 1 on it, and its supervisor starts it again and again): the agent
+	// rolls it back, the kubelet is healthy on last-known-good, and the
+	// rollout halts at its first failure.
+	good := cm.ResourceVersion
+	runReadmeCommand(ctx, t, work, `kubectl patch nodeconfig workers --type merge -p '{"spec":{"validator":"none","rollout":{"maxFailures":1}}}'`)
+	runReadmeCommand(ctx, t, work, `printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: "abc"\n' > bad.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./bad.yaml --dry-run=client -o yaml | kubectl apply -f -`)
+	waitStatus(ctx, t, "rolled back because the kubelet is unhealthy", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return c.Status == corev1.ConditionFalse && c.Reason == "ConsumerUnhealthy" && nodeview.ResourceVersion(st.Active) == good &&
+			nodeview.ResourceVersion(st.Assigned) != good && st.Error != ""
+	})
+	waitKubeletMaxPods(ctx, t, 57)
+	if content, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn)); err != nil || !strings.Contains(string(content), "maxPods: 57") {
+		t.Fatalf("drop-in after the rollback: %q, %v", content, err)
+	}
+	runReadmeCommand(ctx, t, work, `kubectl wait nodeconfig workers --for=jsonpath='{.status.conditions[?(@.type=="Degraded")].reason}'=RolloutHalted --timeout=60s`)
+
 	// Deleting the NodeConfig resets the node: no drop-in, the base config.
 	runReadmeCommand(ctx, t, work, "kubectl delete nodeconfig workers --wait=true --timeout=2m")
 	waitGone(t, filepath.Join(realnode.ConfigDir, dropIn))
 	waitStatus(ctx, t, "the local default", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return st.Assigned == nil && st.Active == nil && st.LastKnownGood == nil && c.Reason == "LocalDefault"
 	})
-	restartKubelet(ctx, t)
 	waitKubeletMaxPods(ctx, t, 110)
 
 	// No container of the install restarted: a crash loop fails the test.
@@ -158,22 +179,6 @@ func waitStatus(ctx context.Context, t *testing.T, what string, check func(corev
 		t.Fatalf("waiting for %s: %v (last: %s)\n%s", what, err, last, diagnose(ctx))
 	}
 	t.Logf("node is %s: %s", what, last)
-}
-
-// restartKubelet stops the kubelet as systemd would (SIGTERM to the pid in
-// its pid file); its supervisor starts it again, which rereads the drop-ins.
-func restartKubelet(ctx context.Context, t *testing.T) {
-	t.Helper()
-	starts := node.Kubelet.Starts()
-	if err := syscall.Kill(node.Kubelet.Pid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	err := proc.WaitFor(time.Minute, func() (bool, error) {
-		return node.Kubelet.Starts() > starts && realnode.KubeletHealthy(), fmt.Errorf("kubelet not back and healthy")
-	})
-	if err != nil {
-		t.Fatalf("%v\n%s", err, node.Kubelet.Tail(3000))
-	}
 }
 
 // waitKubeletMaxPods waits until the running kubelet uses maxPods, as it

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"nodeconfig.io/test/proc"
 	"nodeconfig.io/test/realnode"
+	"nodeconfig.io/test/realnode/hoststate"
 )
 
 // node is the real one-node cluster all tests of this package share.
@@ -44,25 +46,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// The person's command (make cluster), stopped with Ctrl-C, leaves nothing.
-	if err := runPersonsCommand(ctx, syscall.SIGINT); err != nil {
-		fmt.Fprintf(os.Stderr, "make cluster, then Ctrl-C: %v\n", err)
-		return 1
-	}
-	if left := before.Leftovers(); len(left) > 0 {
-		fmt.Fprintf(os.Stderr, "make cluster, then Ctrl-C, left changes on the host:\n  %s\n", strings.Join(left, "\n  "))
-		return 1
-	}
-	fmt.Fprintln(os.Stderr, "make cluster stopped with Ctrl-C left nothing on the host")
-	// Killed, it leaves pods, mounts and the rest behind: the next start
-	// must undo them (checked with before, after the tests).
-	if err := runPersonsCommand(ctx, syscall.SIGKILL); err != nil {
-		fmt.Fprintf(os.Stderr, "make cluster, then SIGKILL: %v\n", err)
-		return 1
-	}
-	if left := before.Leftovers(); len(left) == 0 {
-		fmt.Fprintln(os.Stderr, "make cluster killed with SIGKILL left nothing behind: the start after it proves nothing")
-		return 1
+	flag.Parse()
+	if !testing.Short() {
+		if code := checkPersonsCommand(ctx, before); code != 0 {
+			return code
+		}
 	}
 	start := time.Now()
 	node, err = realnode.Start(ctx, images...)
@@ -91,6 +79,33 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "logs kept in %s\n", keep)
 	}
 	return code
+}
+
+// checkPersonsCommand runs 'make cluster' twice: stopped with Ctrl-C it
+// leaves nothing on the host; killed, it leaves pods, mounts and the rest
+// behind, which the next start must undo (checked against before after the
+// tests).
+func checkPersonsCommand(ctx context.Context, before *hoststate.Before) int {
+	if err := runPersonsCommand(ctx, syscall.SIGINT); err != nil {
+		fmt.Fprintf(os.Stderr, "make cluster, then Ctrl-C: %v\n", err)
+		return 1
+	}
+	if left := before.Leftovers(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "make cluster, then Ctrl-C, left changes on the host:\n  %s\n", strings.Join(left, "\n  "))
+		return 1
+	}
+	fmt.Fprintln(os.Stderr, "make cluster stopped with Ctrl-C left nothing on the host")
+	// Killed, it leaves pods, mounts and the rest behind: the next start
+	// must undo them (checked with before, after the tests).
+	if err := runPersonsCommand(ctx, syscall.SIGKILL); err != nil {
+		fmt.Fprintf(os.Stderr, "make cluster, then SIGKILL: %v\n", err)
+		return 1
+	}
+	if left := before.Leftovers(); len(left) == 0 {
+		fmt.Fprintln(os.Stderr, "make cluster killed with SIGKILL left nothing behind: the start after it proves nothing")
+		return 1
+	}
+	return 0
 }
 
 // runPersonsCommand runs 'make cluster' (test/cmd/realcluster) until it says

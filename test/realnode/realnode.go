@@ -432,7 +432,7 @@ func (n *Node) stopProcesses() error {
 func (n *Node) Stop(keepLogs string) error {
 	_ = n.stopProcesses()
 	if keepLogs != "" {
-		_ = exec.Command("cp", "-r", n.Logs, keepLogs).Run()
+		_ = exec.Command("cp", "-r", n.Logs, filepath.Join(Root, "pod-logs"), keepLogs).Run()
 	}
 	return n.host.Undo()
 }

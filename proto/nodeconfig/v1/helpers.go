@@ -23,14 +23,40 @@ func (r *Records) Status() *NodeConfigStatus {
 // default).
 func SameSource(a, b *ConfigSource) bool { return proto.Equal(a, b) }
 
-// SoakEnd is when the assigned config's trial ends: the durable write time
-// of the assigned record plus its soak. Zero when nothing is assigned.
-func (r *Records) SoakEnd() time.Time {
-	a := r.GetAssigned()
-	if a == nil || a.GetWrittenAt() == nil {
+// SoakStart is when the active config's trial began, from durable records
+// so that no restart resets it: where the node gates on its consumer, when
+// the consumer became healthy on it; otherwise when it became active. Zero
+// while the trial has not begun (nothing active, or the consumer is still
+// restarting or not yet healthy).
+func (r *Records) SoakStart() time.Time {
+	active := r.GetActive()
+	if active == nil || active.GetWrittenAt() == nil {
 		return time.Time{}
 	}
-	return a.GetWrittenAt().AsTime().Add(time.Duration(a.GetSoakSeconds()) * time.Second)
+	if c := r.GetConsumer(); c != nil {
+		if !SameSource(c.GetSource(), active.GetSource()) || c.GetPhase() != ConsumerPhase_CONSUMER_PHASE_HEALTHY || c.GetSince() == nil {
+			return time.Time{}
+		}
+		return c.GetSince().AsTime()
+	}
+	return active.GetWrittenAt().AsTime()
+}
+
+// SoakEnd is when the assigned config's trial ends: SoakStart plus its soak.
+// Zero while the trial has not begun.
+func (r *Records) SoakEnd() time.Time {
+	start := r.SoakStart()
+	if start.IsZero() {
+		return time.Time{}
+	}
+	return start.Add(time.Duration(r.GetAssigned().GetSoakSeconds()) * time.Second)
+}
+
+// SoakOver reports whether the active assigned config has soaked long
+// enough to become last-known-good at now.
+func (r *Records) SoakOver(now time.Time) bool {
+	end := r.SoakEnd()
+	return r.Soaking() && !end.IsZero() && !now.Before(end)
 }
 
 // Soaking reports whether the assigned config is active but not yet

@@ -143,6 +143,66 @@ func (ErrorPhase) EnumDescriptor() ([]byte, []int) {
 	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{1}
 }
 
+// ConsumerPhase is where the consumer is with the active config.
+type ConsumerPhase int32
+
+const (
+	ConsumerPhase_CONSUMER_PHASE_UNSPECIFIED ConsumerPhase = 0
+	// The active file changed: the consumer is being restarted onto it.
+	ConsumerPhase_CONSUMER_PHASE_RESTARTING ConsumerPhase = 1
+	// Restarted: waiting for its health check to pass.
+	ConsumerPhase_CONSUMER_PHASE_WAITING ConsumerPhase = 2
+	// Healthy on the active config since `since`: the soak runs from then.
+	ConsumerPhase_CONSUMER_PHASE_HEALTHY ConsumerPhase = 3
+	// Not healthy on the active config, with nothing better to roll back to.
+	ConsumerPhase_CONSUMER_PHASE_UNHEALTHY ConsumerPhase = 4
+)
+
+// Enum value maps for ConsumerPhase.
+var (
+	ConsumerPhase_name = map[int32]string{
+		0: "CONSUMER_PHASE_UNSPECIFIED",
+		1: "CONSUMER_PHASE_RESTARTING",
+		2: "CONSUMER_PHASE_WAITING",
+		3: "CONSUMER_PHASE_HEALTHY",
+		4: "CONSUMER_PHASE_UNHEALTHY",
+	}
+	ConsumerPhase_value = map[string]int32{
+		"CONSUMER_PHASE_UNSPECIFIED": 0,
+		"CONSUMER_PHASE_RESTARTING":  1,
+		"CONSUMER_PHASE_WAITING":     2,
+		"CONSUMER_PHASE_HEALTHY":     3,
+		"CONSUMER_PHASE_UNHEALTHY":   4,
+	}
+)
+
+func (x ConsumerPhase) Enum() *ConsumerPhase {
+	p := new(ConsumerPhase)
+	*p = x
+	return p
+}
+
+func (x ConsumerPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConsumerPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_nodeconfig_v1_types_proto_enumTypes[2].Descriptor()
+}
+
+func (ConsumerPhase) Type() protoreflect.EnumType {
+	return &file_nodeconfig_v1_types_proto_enumTypes[2]
+}
+
+func (x ConsumerPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConsumerPhase.Descriptor instead.
+func (ConsumerPhase) EnumDescriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{2}
+}
+
 // ConfigSource pins one key of one exact version of a ConfigMap. A source is
 // only meaningful with its uid and resource_version: the same name may later
 // hold other content, and checkpoints are keyed by uid/resource_version.
@@ -494,7 +554,10 @@ type Records struct {
 	// error is set while something stops assigned from being active.
 	Error *ErrorRecord `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	// revision increases by one with every change to any record.
-	Revision      uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// consumer is where the consumer of the file (the kubelet) is with the
+	// active config; unset where the node does not gate on its consumer.
+	Consumer      *ConsumerRecord `protobuf:"bytes,6,opt,name=consumer,proto3" json:"consumer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -564,6 +627,86 @@ func (x *Records) GetRevision() uint64 {
 	return 0
 }
 
+func (x *Records) GetConsumer() *ConsumerRecord {
+	if x != nil {
+		return x.Consumer
+	}
+	return nil
+}
+
+// ConsumerRecord is the node's durable record of its consumer.
+type ConsumerRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is the active config the phase is about (unset: the local default).
+	Source *ConfigSource `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Phase  ConsumerPhase `protobuf:"varint,2,opt,name=phase,proto3,enum=nodeconfig.v1.ConsumerPhase" json:"phase,omitempty"`
+	// since is when the phase began.
+	Since *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	// message is the consumer's own words where it has any (a probe's answer,
+	// a failed restart).
+	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerRecord) Reset() {
+	*x = ConsumerRecord{}
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerRecord) ProtoMessage() {}
+
+func (x *ConsumerRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerRecord.ProtoReflect.Descriptor instead.
+func (*ConsumerRecord) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ConsumerRecord) GetSource() *ConfigSource {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *ConsumerRecord) GetPhase() ConsumerPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return ConsumerPhase_CONSUMER_PHASE_UNSPECIFIED
+}
+
+func (x *ConsumerRecord) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ConsumerRecord) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 // NodeConfigStatus is the NodeConfigStatus of the Kubernetes core API, as the
 // node reports it.
 type NodeConfigStatus struct {
@@ -583,7 +726,7 @@ type NodeConfigStatus struct {
 
 func (x *NodeConfigStatus) Reset() {
 	*x = NodeConfigStatus{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +738,7 @@ func (x *NodeConfigStatus) String() string {
 func (*NodeConfigStatus) ProtoMessage() {}
 
 func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +751,7 @@ func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfigStatus.ProtoReflect.Descriptor instead.
 func (*NodeConfigStatus) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeConfigStatus) GetAssigned() *ConfigSource {
@@ -667,13 +810,19 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\vErrorRecord\x120\n" +
 	"\x05error\x18\x01 \x01(\v2\x1a.nodeconfig.v1.ConfigErrorR\x05error\x129\n" +
 	"\n" +
-	"written_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\x8c\x02\n" +
+	"written_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\xc7\x02\n" +
 	"\aRecords\x129\n" +
 	"\bassigned\x18\x01 \x01(\v2\x1d.nodeconfig.v1.AssignedRecordR\bassigned\x123\n" +
 	"\x06active\x18\x02 \x01(\v2\x1b.nodeconfig.v1.SourceRecordR\x06active\x12C\n" +
 	"\x0flast_known_good\x18\x03 \x01(\v2\x1b.nodeconfig.v1.SourceRecordR\rlastKnownGood\x120\n" +
 	"\x05error\x18\x04 \x01(\v2\x1a.nodeconfig.v1.ErrorRecordR\x05error\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"\xdb\x01\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x129\n" +
+	"\bconsumer\x18\x06 \x01(\v2\x1d.nodeconfig.v1.ConsumerRecordR\bconsumer\"\xc5\x01\n" +
+	"\x0eConsumerRecord\x123\n" +
+	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x122\n" +
+	"\x05phase\x18\x02 \x01(\x0e2\x1c.nodeconfig.v1.ConsumerPhaseR\x05phase\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xdb\x01\n" +
 	"\x10NodeConfigStatus\x127\n" +
 	"\bassigned\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\bassigned\x123\n" +
 	"\x06active\x18\x02 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06active\x12C\n" +
@@ -689,7 +838,13 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"ErrorPhase\x12\x1b\n" +
 	"\x17ERROR_PHASE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_PHASE_EARLY\x10\x01\x12\x14\n" +
-	"\x10ERROR_PHASE_LATE\x10\x02B0Z.nodeconfig.io/proto/nodeconfig/v1;nodeconfigv1b\x06proto3"
+	"\x10ERROR_PHASE_LATE\x10\x02*\xa4\x01\n" +
+	"\rConsumerPhase\x12\x1e\n" +
+	"\x1aCONSUMER_PHASE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19CONSUMER_PHASE_RESTARTING\x10\x01\x12\x1a\n" +
+	"\x16CONSUMER_PHASE_WAITING\x10\x02\x12\x1a\n" +
+	"\x16CONSUMER_PHASE_HEALTHY\x10\x03\x12\x1c\n" +
+	"\x18CONSUMER_PHASE_UNHEALTHY\x10\x04B0Z.nodeconfig.io/proto/nodeconfig/v1;nodeconfigv1b\x06proto3"
 
 var (
 	file_nodeconfig_v1_types_proto_rawDescOnce sync.Once
@@ -703,41 +858,47 @@ func file_nodeconfig_v1_types_proto_rawDescGZIP() []byte {
 	return file_nodeconfig_v1_types_proto_rawDescData
 }
 
-var file_nodeconfig_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_nodeconfig_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(Validator)(0),                // 0: nodeconfig.v1.Validator
 	(ErrorPhase)(0),               // 1: nodeconfig.v1.ErrorPhase
-	(*ConfigSource)(nil),          // 2: nodeconfig.v1.ConfigSource
-	(*ConfigError)(nil),           // 3: nodeconfig.v1.ConfigError
-	(*AssignedRecord)(nil),        // 4: nodeconfig.v1.AssignedRecord
-	(*SourceRecord)(nil),          // 5: nodeconfig.v1.SourceRecord
-	(*ErrorRecord)(nil),           // 6: nodeconfig.v1.ErrorRecord
-	(*Records)(nil),               // 7: nodeconfig.v1.Records
-	(*NodeConfigStatus)(nil),      // 8: nodeconfig.v1.NodeConfigStatus
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(ConsumerPhase)(0),            // 2: nodeconfig.v1.ConsumerPhase
+	(*ConfigSource)(nil),          // 3: nodeconfig.v1.ConfigSource
+	(*ConfigError)(nil),           // 4: nodeconfig.v1.ConfigError
+	(*AssignedRecord)(nil),        // 5: nodeconfig.v1.AssignedRecord
+	(*SourceRecord)(nil),          // 6: nodeconfig.v1.SourceRecord
+	(*ErrorRecord)(nil),           // 7: nodeconfig.v1.ErrorRecord
+	(*Records)(nil),               // 8: nodeconfig.v1.Records
+	(*ConsumerRecord)(nil),        // 9: nodeconfig.v1.ConsumerRecord
+	(*NodeConfigStatus)(nil),      // 10: nodeconfig.v1.NodeConfigStatus
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_nodeconfig_v1_types_proto_depIdxs = []int32{
 	1,  // 0: nodeconfig.v1.ConfigError.phase:type_name -> nodeconfig.v1.ErrorPhase
-	2,  // 1: nodeconfig.v1.AssignedRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 1: nodeconfig.v1.AssignedRecord.source:type_name -> nodeconfig.v1.ConfigSource
 	0,  // 2: nodeconfig.v1.AssignedRecord.validator:type_name -> nodeconfig.v1.Validator
-	9,  // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
-	2,  // 4: nodeconfig.v1.SourceRecord.source:type_name -> nodeconfig.v1.ConfigSource
-	9,  // 5: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
-	3,  // 6: nodeconfig.v1.ErrorRecord.error:type_name -> nodeconfig.v1.ConfigError
-	9,  // 7: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
-	4,  // 8: nodeconfig.v1.Records.assigned:type_name -> nodeconfig.v1.AssignedRecord
-	5,  // 9: nodeconfig.v1.Records.active:type_name -> nodeconfig.v1.SourceRecord
-	5,  // 10: nodeconfig.v1.Records.last_known_good:type_name -> nodeconfig.v1.SourceRecord
-	6,  // 11: nodeconfig.v1.Records.error:type_name -> nodeconfig.v1.ErrorRecord
-	2,  // 12: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
-	2,  // 13: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
-	2,  // 14: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	11, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
+	3,  // 4: nodeconfig.v1.SourceRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	11, // 5: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
+	4,  // 6: nodeconfig.v1.ErrorRecord.error:type_name -> nodeconfig.v1.ConfigError
+	11, // 7: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
+	5,  // 8: nodeconfig.v1.Records.assigned:type_name -> nodeconfig.v1.AssignedRecord
+	6,  // 9: nodeconfig.v1.Records.active:type_name -> nodeconfig.v1.SourceRecord
+	6,  // 10: nodeconfig.v1.Records.last_known_good:type_name -> nodeconfig.v1.SourceRecord
+	7,  // 11: nodeconfig.v1.Records.error:type_name -> nodeconfig.v1.ErrorRecord
+	9,  // 12: nodeconfig.v1.Records.consumer:type_name -> nodeconfig.v1.ConsumerRecord
+	3,  // 13: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	2,  // 14: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
+	11, // 15: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
+	3,  // 16: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 17: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 18: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_types_proto_init() }
@@ -750,8 +911,8 @@ func file_nodeconfig_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodeconfig_v1_types_proto_rawDesc), len(file_nodeconfig_v1_types_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   7,
+			NumEnums:      3,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

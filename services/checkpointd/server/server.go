@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/consumer"
 	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
@@ -31,12 +32,16 @@ type Options struct {
 	MaxWatchers int
 	Registerer  prometheus.Registerer // nil: no metrics
 	Log         *slog.Logger
+	// Consumer, when set, restarts the file's consumer after every change
+	// of the file and gates the soak on its health (RunConsumer).
+	Consumer *consumer.Gate
 }
 
 // Checkpointd is an open store with its service.
 type Checkpointd struct {
-	store   *store.Store
-	service *lifecycle.Service
+	store    *store.Store
+	service  *lifecycle.Service
+	consumer *consumer.Gate
 }
 
 // Open opens (or creates) the store and brings the target file in line
@@ -49,18 +54,25 @@ func Open(o Options) (*Checkpointd, error) {
 	if err != nil {
 		return nil, err
 	}
-	svc := lifecycle.New(lifecycle.Options{
+	lo := lifecycle.Options{
 		Store:       st,
 		Target:      materialize.Target{Dir: o.TargetDir, Name: o.TargetFile},
 		Metrics:     lifecycle.NewMetrics(o.Registerer),
 		Log:         o.Log,
 		MaxWatchers: o.MaxWatchers,
-	})
+	}
+	if o.Consumer != nil { // a nil *Gate in the interface would not be nil
+		lo.Consumer = o.Consumer
+	}
+	svc := lifecycle.New(lo)
+	if o.Consumer != nil {
+		o.Consumer.Node = lifecycle.ConsumerNode{Service: svc}
+	}
 	if err := svc.Recover(); err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("recover the active config at start: %w", err)
 	}
-	return &Checkpointd{store: st, service: svc}, nil
+	return &Checkpointd{store: st, service: svc, consumer: o.Consumer}, nil
 }
 
 // Register adds the CheckpointService to s.
@@ -71,6 +83,14 @@ func (c *Checkpointd) Register(s *grpc.Server) {
 // RunGC sweeps unreferenced checkpoints every interval until ctx ends.
 func (c *Checkpointd) RunGC(ctx context.Context, interval, minAge time.Duration) {
 	c.service.RunGC(ctx, interval, minAge)
+}
+
+// RunConsumer drives the consumer gate until ctx ends; without a gate it
+// returns at once.
+func (c *Checkpointd) RunConsumer(ctx context.Context) {
+	if c.consumer != nil {
+		c.consumer.Run(ctx)
+	}
 }
 
 // Close closes the store.

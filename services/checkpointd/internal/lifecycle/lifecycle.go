@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,9 @@ type Service struct {
 	log     *slog.Logger
 	// maxWatchers caps concurrent WatchRecords streams (0 = no cap).
 	maxWatchers int
+	// consumer, when set, restarts the file's consumer after every change of
+	// the file and gates the soak on its health.
+	consumer Consumer
 
 	// mu orders record changes with target writes, so the file on disk and
 	// the active record never disagree for long.
@@ -49,7 +53,12 @@ type Options struct {
 	Metrics     *Metrics
 	Log         *slog.Logger
 	MaxWatchers int
+	Consumer    Consumer
 }
+
+// Consumer is the gate of the file's consumer (consumer.Gate): woken after
+// every change of the file, which records it as RESTARTING.
+type Consumer interface{ Wake() }
 
 // New builds the service.
 func New(o Options) *Service {
@@ -59,7 +68,7 @@ func New(o Options) *Service {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Service{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers}
+	return &Service{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers, consumer: o.Consumer}
 }
 
 // PutCheckpoint stores a ConfigMap version.
@@ -223,6 +232,7 @@ func (s *Service) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.
 		changed := false
 		if !proto.Equal(r.GetActive().GetSource(), r.GetAssigned().GetSource()) {
 			r.Active = &nodeconfigv1.SourceRecord{Source: r.GetAssigned().GetSource(), WrittenAt: now}
+			s.consumerStale(r, now)
 			changed = true
 		}
 		if r.Error != nil {
@@ -235,6 +245,7 @@ func (s *Service) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.
 		return 0, nil, storeError(err)
 	}
 	s.metrics.activations.Inc()
+	s.wakeConsumer()
 	return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED, recs, nil
 }
 
@@ -255,10 +266,14 @@ func (s *Service) rollBackLocked(reason, message string) (*nodeconfigv1.Records,
 		}
 	}
 	recs, err = s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		switched := !proto.Equal(r.GetActive().GetSource(), fallback.GetSource())
 		if fallback == nil {
 			r.Active = nil
-		} else if !proto.Equal(r.GetActive().GetSource(), fallback.GetSource()) {
+		} else if switched {
 			r.Active = &nodeconfigv1.SourceRecord{Source: fallback.GetSource(), WrittenAt: now}
+		}
+		if switched {
+			s.consumerStale(r, now)
 		}
 		r.Error = &nodeconfigv1.ErrorRecord{
 			Error:     &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: reason, Message: message},
@@ -270,6 +285,7 @@ func (s *Service) rollBackLocked(reason, message string) (*nodeconfigv1.Records,
 		return nil, storeError(err)
 	}
 	s.metrics.rollbacks.Inc()
+	s.wakeConsumer()
 	s.log.Warn("rolled back", "reason", reason, "message", message, "active", describe(recs.GetActive().GetSource()))
 	return recs, nil
 }
@@ -291,6 +307,13 @@ func (s *Service) PromoteLastKnownGood(_ context.Context, req *nodeconfigv1.Prom
 			refusal = fmt.Errorf("%s is not active (active: %s)", describe(src), describe(r.GetActive().GetSource()))
 		case r.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
 			refusal = fmt.Errorf("%s has a late error: %s", describe(src), r.GetError().GetError().GetMessage())
+		case proto.Equal(r.GetLastKnownGood().GetSource(), src):
+		case r.SoakStart().IsZero():
+			refusal = fmt.Errorf("%s has not begun its soak: the consumer is %s on it", describe(src), consumerPhase(r))
+		case s.consumer != nil && now.AsTime().Before(r.SoakEnd()):
+			// Where the node gates on its consumer the soak is the node's own
+			// fact (the consumer's healthy time), so the node enforces it.
+			refusal = fmt.Errorf("%s is soaking until %s", describe(src), r.SoakEnd().UTC().Format(time.RFC3339))
 		}
 		if refusal != nil || proto.Equal(r.GetLastKnownGood().GetSource(), src) {
 			return false, nil
@@ -348,16 +371,21 @@ func (s *Service) Reset(context.Context, *nodeconfigv1.ResetRequest) (*nodeconfi
 	if err := s.target.Remove(); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	recs, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, _ *timestamppb.Timestamp) (bool, error) {
+	recs, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		if r.Assigned == nil && r.Active == nil && r.LastKnownGood == nil && r.Error == nil {
 			return false, nil
 		}
+		hadActive := r.Active != nil
 		r.Assigned, r.Active, r.LastKnownGood, r.Error = nil, nil, nil, nil
+		if hadActive {
+			s.consumerStale(r, now)
+		}
 		return true, nil
 	})
 	if err != nil {
 		return nil, storeError(err)
 	}
+	s.wakeConsumer()
 	return &nodeconfigv1.ResetResponse{Records: recs}, nil
 }
 
@@ -413,6 +441,16 @@ func (s *Service) repairLocked() (bool, error) {
 	if changed {
 		s.metrics.driftRepairs.Inc()
 		s.log.Warn("target file drifted from the active config; rewrote it", "target", s.target.Path(), "active", describe(active))
+		if s.consumer != nil {
+			// The consumer may have read the drifted file: restart it onto the repaired one.
+			if _, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+				s.consumerStale(r, now)
+				return true, nil
+			}); err != nil {
+				return true, storeError(err)
+			}
+			s.wakeConsumer()
+		}
 	}
 	return changed, nil
 }
@@ -503,6 +541,85 @@ func reasonVerb(reason string) string {
 		return "failed validation"
 	}
 	return "failed to load"
+}
+
+// ConsumerNode is the lifecycle as the consumer gate sees it.
+type ConsumerNode struct{ *Service }
+
+// Records returns the node's records.
+func (c ConsumerNode) Records() (*nodeconfigv1.Records, error) { return c.store.Records() }
+
+// SetConsumer records the consumer's phase on src while src is active.
+func (c ConsumerNode) SetConsumer(src *nodeconfigv1.ConfigSource, phase nodeconfigv1.ConsumerPhase, message string) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ok := false
+	_, err := c.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		if !proto.Equal(r.GetActive().GetSource(), src) {
+			return false, nil
+		}
+		ok = true
+		prev := r.GetConsumer()
+		if proto.Equal(prev.GetSource(), src) && prev.GetPhase() == phase && prev.GetMessage() == message {
+			return false, nil
+		}
+		r.Consumer = &nodeconfigv1.ConsumerRecord{Source: src, Phase: phase, Since: now, Message: message}
+		return true, nil
+	})
+	return ok, storeErrorOrNil(err)
+}
+
+// RollBack makes last-known-good active because the consumer does not run
+// src healthy: a late error, as a config that fails to load.
+func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, message string) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	recs, err := c.store.Records()
+	if err != nil {
+		return false, storeError(err)
+	}
+	if src == nil || !proto.Equal(recs.GetActive().GetSource(), src) || proto.Equal(recs.GetLastKnownGood().GetSource(), src) {
+		return false, nil
+	}
+	if _, err := c.rollBackLocked(ReasonConsumerUnhealthy, message); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// ReasonConsumerUnhealthy is the late error of a config the consumer does
+// not run healthy (consumer.ReasonUnhealthy).
+const ReasonConsumerUnhealthy = "ConsumerUnhealthy"
+
+func storeErrorOrNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	return storeError(err)
+}
+
+// consumerStale records, inside a records update that changes the file,
+// that the consumer must be restarted onto the new active config.
+func (s *Service) consumerStale(r *nodeconfigv1.Records, now *timestamppb.Timestamp) {
+	if s.consumer == nil {
+		return
+	}
+	var src *nodeconfigv1.ConfigSource
+	if r.Active != nil {
+		src = r.Active.GetSource()
+	}
+	r.Consumer = &nodeconfigv1.ConsumerRecord{Source: src, Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, Since: now}
+}
+
+func (s *Service) wakeConsumer() {
+	if s.consumer != nil {
+		s.consumer.Wake()
+	}
+}
+
+func consumerPhase(r *nodeconfigv1.Records) string {
+	phase := strings.TrimPrefix(r.GetConsumer().GetPhase().String(), "CONSUMER_PHASE_")
+	return strings.ToLower(phase)
 }
 
 func storeError(err error) error {

@@ -230,7 +230,7 @@ func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClie
 		}
 	}
 	res := afterActive(recs, now)
-	if recs.Soaking() && !now.Before(recs.SoakEnd()) {
+	if recs.SoakOver(now) {
 		src := recs.GetAssigned().GetSource()
 		resp, err := agent.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src})
 		if err != nil {
@@ -243,11 +243,19 @@ func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClie
 	return res
 }
 
+// ConsumerPoll is how often a node whose soak waits on its consumer is
+// looked at again.
+const ConsumerPoll = 2 * time.Second
+
 // afterActive says when to look again at a node whose assigned config is active.
 func afterActive(recs *nodeconfigv1.Records, now time.Time) Result {
 	if recs.Soaking() {
 		wait := recs.SoakEnd().Sub(now)
-		if wait <= 0 {
+		if recs.SoakEnd().IsZero() {
+			// The node is still restarting its consumer onto the config or
+			// waiting for it to be healthy: the soak has not begun.
+			wait = ConsumerPoll
+		} else if wait <= 0 {
 			wait = time.Millisecond
 		}
 		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING, Records: recs, RequeueAfter: wait}

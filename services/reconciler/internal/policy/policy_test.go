@@ -91,7 +91,9 @@ func (f *fakeAgent) Activate(context.Context, *nodeconfigv1.ActivateRequest, ...
 		f.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "ValidationFailed", Message: "bad"}}
 		return &nodeconfigv1.ActivateResponse{Outcome: nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, Records: f.out()}, nil
 	}
-	f.recs.Active = &nodeconfigv1.SourceRecord{Source: f.recs.GetAssigned().GetSource()}
+	if !nodeconfigv1.SameSource(f.recs.GetActive().GetSource(), f.recs.GetAssigned().GetSource()) {
+		f.recs.Active = &nodeconfigv1.SourceRecord{Source: f.recs.GetAssigned().GetSource(), WrittenAt: timestamppb.New(f.now)}
+	}
 	f.recs.Error = nil
 	return &nodeconfigv1.ActivateResponse{Outcome: nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED, Records: f.out()}, nil
 }
@@ -290,6 +292,6 @@ func TestCrashBetweenAssignAndActivateIsFinished(t *testing.T) {
 	f.recs.Assigned = &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, Validator: nodeconfigv1.Validator_VALIDATOR_YAML, WrittenAt: timestamppb.New(t0)}
 	r := Sync(context.Background(), f, use("1"), t0.Add(time.Second))
 	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != 599*time.Second {
-		t.Fatalf("result %+v (the soak clock must run from the durable assignment)", r)
+		t.Fatalf("result %+v (the soak clock must run from the durable activation)", r)
 	}
 }

@@ -88,7 +88,7 @@ func toProto(info controller.NodeInfo) *nodeconfigv1.NodeState {
 	}
 	if info.Records != nil {
 		st.Status = info.Records.Status()
-		if info.Records.Soaking() {
+		if info.Records.Soaking() && !info.Records.SoakEnd().IsZero() {
 			st.SoakEndsTime = timestamppb.New(info.Records.SoakEnd())
 		}
 	}

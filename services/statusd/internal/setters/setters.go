@@ -42,6 +42,13 @@ const (
 	ReasonRolledBack             = "RolledBack"
 	ReasonActivating             = "Activating"
 	ReasonCheckpointdUnavailable = "CheckpointdUnavailable"
+	// The consumer (the kubelet) is being restarted onto the active config,
+	// or is restarted and not yet healthy: the soak has not begun.
+	ReasonRestarting       = "Restarting"
+	ReasonWaitingForHealth = "WaitingForHealth"
+	// The consumer did not run the config healthy: rolled back, or nothing
+	// was left to roll back to.
+	ReasonConsumerUnhealthy = "ConsumerUnhealthy"
 )
 
 // RecordsFunc returns the node's current records, or an error when
@@ -116,6 +123,9 @@ func ReadyCondition(records RecordsFunc) metav1.Condition {
 	switch {
 	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonRolledBack
+		if cfgErr.GetReason() == ReasonConsumerUnhealthy {
+			c.Reason = ReasonConsumerUnhealthy
+		}
 		c.Message = fmt.Sprintf("%s; rolled back to %s", cfgErr.GetMessage(), describe(recs.GetActive().GetSource()))
 	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY:
 		c.Status, c.Reason = metav1.ConditionFalse, cfgErr.GetReason()
@@ -126,6 +136,18 @@ func ReadyCondition(records RecordsFunc) metav1.Condition {
 	case !nodeconfigv1.SameSource(assigned.GetSource(), recs.GetActive().GetSource()):
 		c.Status, c.Reason = metav1.ConditionUnknown, ReasonActivating
 		c.Message = fmt.Sprintf("%s is assigned and about to be activated", describe(assigned.GetSource()))
+	case recs.Soaking() && recs.SoakStart().IsZero():
+		c.Status, c.Reason = metav1.ConditionUnknown, ReasonRestarting
+		c.Message = fmt.Sprintf("%s is active; restarting the consumer onto it", describe(assigned.GetSource()))
+		if cr := recs.GetConsumer(); cr.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING && nodeconfigv1.SameSource(cr.GetSource(), assigned.GetSource()) {
+			c.Reason = ReasonWaitingForHealth
+			c.Message = fmt.Sprintf("%s is active; the consumer was restarted onto it at %s and is not healthy yet; the soak begins when it is",
+				describe(assigned.GetSource()), cr.GetSince().AsTime().UTC().Format(time.RFC3339))
+		}
+	case recs.GetConsumer().GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY &&
+		nodeconfigv1.SameSource(recs.GetConsumer().GetSource(), recs.GetActive().GetSource()):
+		c.Status, c.Reason = metav1.ConditionFalse, ReasonConsumerUnhealthy
+		c.Message = fmt.Sprintf("%s; nothing better to roll back to", recs.GetConsumer().GetMessage())
 	case recs.Soaking():
 		// The end time, not a countdown: a countdown would change the Node
 		// on every sync and turn the status into a heartbeat.

@@ -37,8 +37,33 @@ func TestReadyConditionOneReasonPerState(t *testing.T) {
 		{"nothing assigned", records(&nodeconfigv1.Records{}), metav1.ConditionTrue, ReasonLocalDefault, "local default"},
 		{"soaking", records(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
-			Active:   &nodeconfigv1.SourceRecord{Source: src("1")},
+			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
 		}), metav1.ConditionTrue, ReasonSoaking, "until 2026-01-01T00:10:00Z"},
+		{"soaking from the consumer's healthy time", records(&nodeconfigv1.Records{
+			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
+			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
+			Consumer: &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, Since: timestamppb.New(written.AsTime().Add(time.Minute))},
+		}), metav1.ConditionTrue, ReasonSoaking, "until 2026-01-01T00:11:00Z"},
+		{"restarting the consumer", records(&nodeconfigv1.Records{
+			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
+			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
+			Consumer: &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, Since: written},
+		}), metav1.ConditionUnknown, ReasonRestarting, "restarting the consumer"},
+		{"waiting for the consumer's health", records(&nodeconfigv1.Records{
+			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
+			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
+			Consumer: &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, Since: written},
+		}), metav1.ConditionUnknown, ReasonWaitingForHealth, "not healthy yet"},
+		{"rolled back for the consumer", records(&nodeconfigv1.Records{
+			Assigned: &nodeconfigv1.AssignedRecord{Source: src("2")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
+			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
+			Error:         &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: ReasonConsumerUnhealthy, Message: "connection refused"}},
+		}), metav1.ConditionFalse, ReasonConsumerUnhealthy, "connection refused; rolled back to"},
+		{"consumer unhealthy on last-known-good", records(&nodeconfigv1.Records{
+			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
+			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
+			Consumer:      &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY, Message: "healthz answered 500"},
+		}), metav1.ConditionFalse, ReasonConsumerUnhealthy, "healthz answered 500; nothing better"},
 		{"active", records(&nodeconfigv1.Records{
 			Assigned:      &nodeconfigv1.AssignedRecord{Source: src("1")},
 			Active:        &nodeconfigv1.SourceRecord{Source: src("1")},

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"nodeconfig.io/services/checkpointd/internal/consumer"
+)
+
+// consumerFlags say how this node's consumer of the file (the kubelet) is
+// restarted and probed: the node's own facts, so they are agent flags.
+type consumerFlags struct {
+	restart, pidFile, exe, proc, unit, healthURL string
+	healthTimeout, period                        time.Duration
+	failures                                     int
+}
+
+func (c *consumerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.restart, "consumer-restart", "none", "how the consumer picks up a new file: none (it rereads the file itself; no health gate), signal (SIGTERM to it, its babysitter starts it again) or systemd (restart --consumer-unit over the system bus)")
+	fs.StringVar(&c.pidFile, "consumer-pid-file", "", "signal: the consumer's pid file")
+	fs.StringVar(&c.exe, "consumer-exe", "kubelet", "signal without a pid file: the consumer's executable name, searched in --consumer-proc")
+	fs.StringVar(&c.proc, "consumer-proc", "/proc", "signal: the host's /proc (the agent runs with hostPID)")
+	fs.StringVar(&c.unit, "consumer-unit", "kubelet.service", "systemd: the consumer's unit")
+	fs.StringVar(&c.healthURL, "consumer-health-url", "http://127.0.0.1:10248/healthz", "the consumer's health endpoint (2xx = healthy); empty: no probe")
+	fs.DurationVar(&c.healthTimeout, "consumer-health-timeout", 2*time.Minute, "how long a restarted consumer has to become healthy before its config is rolled back")
+	fs.DurationVar(&c.period, "consumer-probe-period", 5*time.Second, "how often the consumer is probed through the soak")
+	fs.IntVar(&c.failures, "consumer-failure-threshold", 3, "failed probes in a row that make a healthy consumer unhealthy (and its config rolled back)")
+}
+
+// gate builds the consumer gate the flags describe; nil for none.
+func (c *consumerFlags) gate(log *slog.Logger) (*consumer.Gate, error) {
+	var r consumer.Restarter
+	switch c.restart {
+	case "none":
+		return nil, nil
+	case "signal":
+		r = consumer.Signal{PidFile: c.pidFile, Exe: c.exe, Proc: c.proc}
+	case "systemd":
+		r = consumer.Systemd{Unit: c.unit}
+	default:
+		return nil, fmt.Errorf("--consumer-restart %q: want none, signal or systemd", c.restart)
+	}
+	if c.healthTimeout <= 0 || c.period <= 0 || c.failures < 1 {
+		return nil, fmt.Errorf("--consumer-health-timeout and --consumer-probe-period must be positive and --consumer-failure-threshold at least 1")
+	}
+	return consumer.NewGate(consumer.Gate{
+		Restarter: r, Prober: consumer.Prober{URL: c.healthURL},
+		HealthTimeout: c.healthTimeout, Period: c.period, FailureThreshold: c.failures, Log: log,
+	}), nil
+}
