@@ -84,6 +84,7 @@ func TestRestartsMidSoakDoNotResetTheSoakClock(t *testing.T) {
 		return rv(st.Active) == cm.ResourceVersion && reasonIs(c, "Soaking")
 	})
 	assigned := proto.Clone(e.records(0).GetAssigned()).(*nodeconfigv1.AssignedRecord)
+	active := proto.Clone(e.records(0).GetActive()).(*nodeconfigv1.SourceRecord)
 
 	e.reconciler.Kill()
 	n.Statusd.Kill()
@@ -105,14 +106,18 @@ func TestRestartsMidSoakDoNotResetTheSoakClock(t *testing.T) {
 	if got := e.records(0).GetAssigned(); !proto.Equal(got, assigned) {
 		t.Fatalf("assigned record changed across restarts:\nbefore %v\nafter  %v", assigned, got)
 	}
-	wantEnd := assigned.GetWrittenAt().AsTime().Add(6 * time.Second)
+	if got := e.records(0).GetActive(); !proto.Equal(got, active) {
+		t.Fatalf("active record changed across restarts:\nbefore %v\nafter  %v", active, got)
+	}
+	// The soak runs from the durable time the config became active.
+	wantEnd := active.GetWrittenAt().AsTime().Add(6 * time.Second)
 	err := proc.WaitFor(10*time.Second, func() (bool, error) {
 		st := e.nodeState(n.Name)
 		if st.GetState() == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE {
 			return true, nil
 		}
 		if st.GetSoakEndsTime() != nil && !st.GetSoakEndsTime().AsTime().Equal(wantEnd) {
-			t.Fatalf("reconciler after restart ends the soak at %v, want %v (written_at + soak)", st.GetSoakEndsTime().AsTime(), wantEnd)
+			t.Fatalf("reconciler after restart ends the soak at %v, want %v (active written_at + soak)", st.GetSoakEndsTime().AsTime(), wantEnd)
 		}
 		return false, nil
 	})

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,19 +75,49 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 		return nodeview.ResourceVersion(st.LastKnownGood) == cm.ResourceVersion && c.Status == corev1.ConditionTrue && c.Reason == "Active"
 	})
 
+	// The agent SIGKILLed while the kubelet is down after the agent stopped
+	// it: when both are back, the agent finishes the job (health, soak,
+	// last-known-good) and the kubelet runs the new config.
+	node.Kubelet.Hold()
+	stopped := node.Kubelet.Starts()
+	runReadmeCommand(ctx, t, work, `printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 58\n' > next.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./next.yaml --dry-run=client -o yaml | kubectl apply -f -`)
+	if err := proc.WaitFor(time.Minute, func() (bool, error) {
+		return !node.Kubelet.Running() && node.Kubelet.Starts() == stopped, fmt.Errorf("the agent has not stopped the kubelet")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	agentPid := checkpointdPid(t)
+	if err := syscall.Kill(agentPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	node.Kubelet.Release()
+	cm, err = client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitKubeletMaxPods(ctx, t, 58)
+	waitStatus(ctx, t, "last-known-good after the agent was killed mid-restart", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return nodeview.ResourceVersion(st.LastKnownGood) == cm.ResourceVersion && c.Reason == "Active"
+	})
+	if pid := checkpointdPid(t); pid == agentPid {
+		t.Fatalf("checkpointd still runs as pid %d: the kill did not land", pid)
+	}
+	agentRestarts := restartsOf(ctx, t, "checkpointd")
+
 	// A config the validator lets through and the kubelet refuses (it exits
 	// 1 on it, and its supervisor starts it again and again): the agent
 	// rolls it back, the kubelet is healthy on last-known-good, and the
 	// rollout halts at its first failure.
 	good := cm.ResourceVersion
+	maxPodsGood := int64(58)
 	runReadmeCommand(ctx, t, work, `kubectl patch nodeconfig workers --type merge -p '{"spec":{"validator":"none","rollout":{"maxFailures":1}}}'`)
 	runReadmeCommand(ctx, t, work, `printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: "abc"\n' > bad.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./bad.yaml --dry-run=client -o yaml | kubectl apply -f -`)
 	waitStatus(ctx, t, "rolled back because the kubelet is unhealthy", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return c.Status == corev1.ConditionFalse && c.Reason == "ConsumerUnhealthy" && nodeview.ResourceVersion(st.Active) == good &&
 			nodeview.ResourceVersion(st.Assigned) != good && st.Error != ""
 	})
-	waitKubeletMaxPods(ctx, t, 57)
-	if content, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn)); err != nil || !strings.Contains(string(content), "maxPods: 57") {
+	waitKubeletMaxPods(ctx, t, maxPodsGood)
+	if content, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn)); err != nil || !strings.Contains(string(content), "maxPods: 58") {
 		t.Fatalf("drop-in after the rollback: %q, %v", content, err)
 	}
 	runReadmeCommand(ctx, t, work, `kubectl wait nodeconfig workers --for=jsonpath='{.status.conditions[?(@.type=="Degraded")].reason}'=RolloutHalted --timeout=60s`)
@@ -105,7 +137,11 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	}
 	for _, p := range list.Items {
 		for _, s := range p.Status.ContainerStatuses {
-			if s.RestartCount != 0 || !s.Ready {
+			restarts := int32(0)
+			if s.Name == "checkpointd" {
+				restarts = agentRestarts // the one the test killed
+			}
+			if s.RestartCount != restarts || !s.Ready {
 				t.Errorf("pod %s container %s: ready=%v restarts=%d (last state %+v)", p.Name, s.Name, s.Ready, s.RestartCount, s.LastTerminationState)
 			}
 		}
@@ -229,4 +265,45 @@ func waitGone(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkpointdPid finds the agent's checkpointd on the host (the images'
+// entrypoint is /service; checkpointd's arguments name its store).
+func checkpointdPid(t *testing.T) int {
+	t.Helper()
+	var found int
+	err := proc.WaitFor(time.Minute, func() (bool, error) {
+		matches, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, m := range matches {
+			b, err := os.ReadFile(m)
+			if err != nil {
+				continue
+			}
+			args := strings.Split(string(b), "\x00")
+			if args[0] == "/service" && strings.Contains(string(b), "--consumer-restart") {
+				found, _ = strconv.Atoi(filepath.Base(filepath.Dir(m)))
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("no checkpointd process")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+func restartsOf(ctx context.Context, t *testing.T, container string) int32 {
+	t.Helper()
+	list, err := node.Cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nodeconfig-agent"})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("agent pods: %v (%d)", err, len(list.Items))
+	}
+	for _, s := range list.Items[0].Status.ContainerStatuses {
+		if s.Name == container {
+			return s.RestartCount
+		}
+	}
+	t.Fatalf("no container %s", container)
+	return 0
 }

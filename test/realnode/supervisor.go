@@ -19,8 +19,29 @@ type Supervisor struct {
 
 	mu       sync.Mutex
 	stopping bool
+	held     chan struct{} // non-nil: restarts wait until it is closed
 	starts   int
 	done     chan struct{}
+}
+
+// Hold keeps the process down after its next exit until Release, as a slow
+// babysitter would: a test's way to act while the consumer is down.
+func (s *Supervisor) Hold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = make(chan struct{})
+	}
+}
+
+// Release lets a held process start again.
+func (s *Supervisor) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held != nil {
+		close(s.held)
+		s.held = nil
+	}
 }
 
 // RestartDelay is systemd's RestartSec in kubeadm's kubelet unit.
@@ -51,6 +72,12 @@ func (s *Supervisor) loop() {
 			return
 		}
 		time.Sleep(RestartDelay)
+		s.mu.Lock()
+		held := s.held
+		s.mu.Unlock()
+		if held != nil {
+			<-held
+		}
 		s.mu.Lock()
 		if s.stopping {
 			s.mu.Unlock()
@@ -84,6 +111,7 @@ func (s *Supervisor) Stop(grace time.Duration) error {
 	s.mu.Lock()
 	s.stopping = true
 	s.mu.Unlock()
+	s.Release()
 	err := s.Process.Stop(grace)
 	<-s.done
 	_ = os.Remove(s.PidFile)
