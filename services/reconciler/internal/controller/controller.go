@@ -47,7 +47,7 @@ type Options struct {
 	ConfigMaps  corelisters.ConfigMapLister
 	NodeConfigs cache.GenericLister
 	Synced      []cache.InformerSynced
-	Agents      *agents.Pool
+	Agents      AgentPool
 	Recorder    record.EventRecorder
 	// NormalNodeEvents also records each node's Normal transitions
 	// (activated, promoted) as Events. Off by default: at fleet scale they
@@ -63,6 +63,14 @@ type Options struct {
 	RPCTimeout time.Duration
 	Now        func() time.Time
 }
+
+// AgentPool hands out clients of the nodes' checkpointds (agents.Pool).
+type AgentPool interface {
+	For(node string) (nodeconfigv1.CheckpointServiceClient, error)
+	Forget(node string)
+}
+
+var _ AgentPool = (*agents.Pool)(nil)
 
 // Controller reconciles nodes and NodeConfigs.
 type Controller struct {
@@ -305,6 +313,15 @@ func (c *Controller) selector(nc *v1alpha1.NodeConfig) labels.Selector {
 	return c.selectionLocked(nc).selector
 }
 
+// selectorErr is why nc's selector does not parse; nil when it does. The
+// CRD refuses what it can, but an object stored before its rules were
+// tightened is still served as it is.
+func (c *Controller) selectorErr(nc *v1alpha1.NodeConfig) error {
+	c.selMu.Lock()
+	defer c.selMu.Unlock()
+	return c.selectionLocked(nc).err
+}
+
 // selectionLocked returns the cache entry of nc's generation, parsing its
 // selector when the entry is new.
 func (c *Controller) selectionLocked(nc *v1alpha1.NodeConfig) *selection {
@@ -314,7 +331,10 @@ func (c *Controller) selectionLocked(nc *v1alpha1.NodeConfig) *selection {
 	}
 	e := &selection{selector: labels.Nothing()}
 	if nc.Spec.NodeSelector != nil {
-		if sel, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector); err == nil {
+		sel, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector)
+		if err != nil {
+			e.err = err
+		} else {
 			e.selector = sel
 		}
 	}
@@ -335,6 +355,8 @@ type selectorKey struct {
 // the names of the nodes it selected at a nodesVersion.
 type selection struct {
 	selector labels.Selector
+	// err is the parse error of an invalid selector, which selects nothing.
+	err      error
 	listed   bool
 	version  int64
 	names    []string

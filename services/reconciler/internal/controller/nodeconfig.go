@@ -53,6 +53,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 		return 0, nil
 	}
 	wasReady := meta.IsStatusConditionTrue(nc.Status.Conditions, v1alpha1.ConditionReady)
+	prevDegraded := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionDegraded)
 	nc.Status = status
 	u, err := v1alpha1.ToUnstructured(nc)
 	if err != nil {
@@ -65,6 +66,11 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 		}
 		return 0, fmt.Errorf("update status: %w", err)
 	}
+	// One Warning per distinct problem with the NodeConfig itself.
+	if d := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionDegraded); d != nil && d.Reason == v1alpha1.ReasonInvalidSelector &&
+		(prevDegraded == nil || prevDegraded.Reason != d.Reason || prevDegraded.Message != d.Message) && c.o.Recorder != nil {
+		c.o.Recorder.Event(nodeConfigRef(nc), corev1.EventTypeWarning, d.Reason, d.Message)
+	}
 	// One Normal event per rollout, however many nodes it took.
 	if !wasReady && meta.IsStatusConditionTrue(status.Conditions, v1alpha1.ConditionReady) && c.o.Recorder != nil {
 		c.o.Recorder.Eventf(nodeConfigRef(nc), corev1.EventTypeNormal, "RolloutComplete",
@@ -76,6 +82,16 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 // computeStatus counts the selected nodes by state and sets the conditions.
 func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigStatus {
 	st := v1alpha1.NodeConfigStatus{ObservedGeneration: nc.Generation, Conditions: slices.Clone(nc.Status.Conditions)}
+	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: nc.Generation})
+	}
+	if err := c.selectorErr(nc); err != nil {
+		msg := fmt.Sprintf("spec.nodeSelector is invalid: %v; no node is changed until it is fixed", err)
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonInvalidSelector, msg)
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonInvalidSelector, msg)
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSelector, msg)
+		return st
+	}
 	selected := c.selectedNodes(nc)
 	st.Selected = int32(len(selected))
 	conflicts, unknown := 0, 0
@@ -107,9 +123,6 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 	}
 	c.mu.Unlock()
 
-	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: nc.Generation})
-	}
 	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
 	halted := anyHalted || (st.RolledBack > 0 && pacing.Halted(int(st.RolledBack), pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)))
 	done := int(st.Active) == len(selected) && unknown == 0

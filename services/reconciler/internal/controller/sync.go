@@ -45,7 +45,11 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		return 0, err
 	}
 	var matches []*v1alpha1.NodeConfig
+	invalidSelector := false
 	for _, nc := range ncs {
+		if nc.DeletionTimestamp == nil && c.selectorErr(nc) != nil {
+			invalidSelector = true
+		}
 		if c.selects(nc, node) {
 			matches = append(matches, nc)
 		}
@@ -87,6 +91,11 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 				nc, d.Mode = m, policy.ModeLeave
 			}
 		}
+	case invalidSelector:
+		// A NodeConfig whose selector does not parse may be the one this
+		// node belongs to: leave the node as it is rather than reset it;
+		// the NodeConfig reports its error.
+		d.Mode = policy.ModeLeave
 	default:
 		if node.Annotations[v1alpha1.AnnotationAbandoned] != "" {
 			d.Mode = policy.ModeLeave

@@ -38,6 +38,9 @@ const (
 
 	ReasonRolloutHalted    = "RolloutHalted"
 	ReasonSelectorConflict = "SelectorConflict"
+	// ReasonInvalidSelector: spec.nodeSelector does not parse; no node is
+	// changed until it is fixed.
+	ReasonInvalidSelector = "InvalidSelector"
 )
 
 // NodeConfig assigns a config to the nodes its selector matches.
