@@ -356,10 +356,10 @@ type selectorKey struct {
 type selection struct {
 	selector labels.Selector
 	// err is the parse error of an invalid selector, which selects nothing.
-	err      error
-	listed   bool
-	version  int64
-	names    []string
+	err     error
+	listed  bool
+	version int64
+	names   []string
 }
 
 func (c *Controller) selects(nc *v1alpha1.NodeConfig, node *corev1.Node) bool {
