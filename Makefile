@@ -100,13 +100,15 @@ test: lint build testbin nodebin node-packages images ## lint, then every unit a
 	@# The real node (root, containerd, a kubelet) runs alone: it is the heaviest package.
 	go test $(TEST_FLAGS) nodeconfig.io/test/realnode/...
 
-bench: build testbin ## every performance figure, then the table of docs/performance.md (about 4 min)
+bench: build testbin nodebin node-packages images ## every performance figure, then the table of docs/performance.md (about 4 min)
 	@mkdir -p $(CACHE)
 	@rm -f $(CACHE)/bench.txt
 	go test -run '^$$' -bench . -benchtime $(BENCHTIME) nodeconfig.io/services/... | tee -a $(CACHE)/bench.txt
 	go test -run '^$$' -bench AssignmentLatency -benchtime 200x nodeconfig.io/test/e2e | tee -a $(CACHE)/bench.txt
 	go test -run '^$$' -bench 'WritesPerNode|SteadyState' -benchtime 3x nodeconfig.io/test/e2e | tee -a $(CACHE)/bench.txt
 	go run nodeconfig.io/test/cmd/fleet -nodes 1000 | tee -a $(CACHE)/bench.txt
+	go test -short -run '^$$' -bench KubeletRunsNewConfig -benchtime 20x nodeconfig.io/test/realnode | tee -a $(CACHE)/bench.txt
+	go test -short -run '^$$' -bench BadConfigToHealthyLastKnownGood -benchtime 10x nodeconfig.io/test/realnode | tee -a $(CACHE)/bench.txt
 	@echo; go run nodeconfig.io/test/cmd/benchtable $(CACHE)/bench.txt
 
 fleet: build testbin ## the fleet benchmark alone: FLEET_NODES simulated nodes (default 1000)

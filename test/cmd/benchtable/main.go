@@ -54,6 +54,14 @@ var rows = []row{
 		func(float64) bool { return true }, nil},
 	{"fleet of 5,000: reconciler peak RSS", "BenchmarkFleet/nodes=5000", "reconciler-peak-rss-MiB", "reported",
 		func(float64) bool { return true }, nil},
+	{"real kubelet: ConfigMap edit -> running it, p50", "BenchmarkKubeletRunsNewConfig", "to-kubelet-running-p50-ms", "reported",
+		func(float64) bool { return true }, dkc},
+	{"real kubelet: ConfigMap edit -> running it, p99", "BenchmarkKubeletRunsNewConfig", "to-kubelet-running-p99-ms", "reported",
+		func(float64) bool { return true }, dkc},
+	{"real kubelet: refused drop-in -> healthy on last-known-good, p50", "BenchmarkBadConfigToHealthyLastKnownGood", "to-healthy-lkg-p50-ms", "reported",
+		func(float64) bool { return true }, nil},
+	{"real kubelet: refused drop-in -> healthy on last-known-good, p99", "BenchmarkBadConfigToHealthyLastKnownGood", "to-healthy-lkg-p99-ms", "reported",
+		func(float64) bool { return true }, nil},
 }
 
 // dkc compares a latency with Dynamic Kubelet Config's: a change was seen

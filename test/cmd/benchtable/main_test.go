@@ -19,6 +19,8 @@ BenchmarkWritesPerNodePerConfigChange-2	       1	3000000000 ns/op	         2.00 
 BenchmarkSteadyStateWritesPerNodePerHour-2	   1	3000000000 ns/op	         0 writes/node/hour
 BenchmarkFleet/nodes=1000-2            	       1	60000000000 ns/op	         7.50 all-active-s	        80.00 reconciler-peak-rss-MiB	         2.10 writes/node/change
 BenchmarkFleet/nodes=5000-2            	       1	90000000000 ns/op	        30.00 all-active-s	       300.00 reconciler-peak-rss-MiB
+BenchmarkKubeletRunsNewConfig-2     	      20	 996000936 ns/op	      1472 to-kubelet-running-p50-ms	      1510 to-kubelet-running-p99-ms
+BenchmarkBadConfigToHealthyLastKnownGood-2     	      10	 996000936 ns/op	      5000 to-healthy-lkg-p50-ms	      6000 to-healthy-lkg-p99-ms
 PASS
 `
 

@@ -35,9 +35,27 @@ type Gate struct {
 	Period time.Duration
 	// FailureThreshold failed probes in a row make a healthy consumer unhealthy.
 	FailureThreshold int
-	Log              *slog.Logger
+	// CrashLoopThreshold new processes of a consumer that is not yet healthy
+	// make it crash-looping before HealthTimeout (where the restarter can
+	// tell its process: Instances).
+	CrashLoopThreshold int
+	Log                *slog.Logger
 
 	wake chan struct{}
+	// seen are the consumer's processes seen while waiting for its health.
+	seen []string
+}
+
+// waitingPoll is how often a restarted consumer is looked at until it is
+// healthy: a kubelet that exits on its config lives for a fraction of its
+// babysitter's one-second restart delay.
+const waitingPoll = 200 * time.Millisecond
+
+// Instances is a restarter that can tell which process of the consumer runs
+// ("" for none): a kubelet that exits on its config is started again and
+// again by its babysitter, each time a new process.
+type Instances interface {
+	Instance() (string, error)
 }
 
 // Wake makes the gate look at the records now (after the file changed).
@@ -71,6 +89,9 @@ func NewGate(g Gate) *Gate {
 	if g.FailureThreshold <= 0 {
 		g.FailureThreshold = 3
 	}
+	if g.CrashLoopThreshold <= 0 {
+		g.CrashLoopThreshold = 3
+	}
 	if g.Log == nil {
 		g.Log = slog.Default()
 	}
@@ -103,6 +124,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 	switch c.GetPhase() {
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING:
 		*failures = 0
+		g.seen = nil
 		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", describe(active))
 		if err := g.Restarter.Restart(ctx); err != nil {
 			g.Log.Error("restart the consumer", "err", err)
@@ -113,7 +135,13 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		return g.retry(err)
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING:
 		healthy, detail := g.Prober.Probe(ctx)
+		if !healthy && g.crashLooping() {
+			g.fail(active, fmt.Sprintf("the consumer is crash-looping on %s: %d processes since its restart, none healthy: %s", describe(active), len(g.seen), detail))
+			g.seen = nil
+			return 0
+		}
 		if healthy {
+			g.seen = nil
 			_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, detail)
 			return g.retry(err)
 		}
@@ -121,7 +149,8 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			g.fail(active, fmt.Sprintf("the consumer did not become healthy within %s of its restart onto %s: %s", g.HealthTimeout, describe(active), detail))
 			return 0
 		}
-		return time.Second
+		// Often enough to see each short-lived process of a crash loop.
+		return waitingPoll
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY:
 		healthy, detail := g.Prober.Probe(ctx)
 		if healthy {
@@ -144,6 +173,21 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		return g.Period
 	}
 	return g.Period
+}
+
+// crashLooping notes the consumer's current process and reports whether
+// CrashLoopThreshold of them came and went while it was not healthy.
+func (g *Gate) crashLooping() bool {
+	in, ok := g.Restarter.(Instances)
+	if !ok {
+		return false
+	}
+	id, err := in.Instance()
+	if err != nil || id == "" || (len(g.seen) > 0 && g.seen[len(g.seen)-1] == id) {
+		return false
+	}
+	g.seen = append(g.seen, id)
+	return len(g.seen) >= g.CrashLoopThreshold
 }
 
 // fail rolls back a config the consumer does not run healthy; when there is

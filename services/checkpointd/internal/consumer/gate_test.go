@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -170,5 +171,33 @@ func TestGateOnANodeThatNeverHadAConfigDoesNotRestart(t *testing.T) {
 	steps(g, 3, &failures)
 	if r.n != 0 || phase(node) != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY {
 		t.Fatalf("restarts %d phase %s, want no restart and HEALTHY", r.n, phase(node))
+	}
+}
+
+// crashLooper is a consumer started again and again by its babysitter: a
+// new process every time it is looked at.
+type crashLooper struct {
+	countingRestarter
+	n int
+}
+
+func (c *crashLooper) Instance() (string, error) { c.n++; return strconv.Itoa(c.n), nil }
+
+func TestGateRollsBackACrashLoopingConsumerBeforeItsTimeout(t *testing.T) {
+	node := &fakeNode{recs: &nodeconfigv1.Records{
+		Active:        &nodeconfigv1.SourceRecord{Source: src("2")},
+		LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
+		Consumer:      &nodeconfigv1.ConsumerRecord{Source: src("2"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, Since: timestamppb.Now()},
+	}}
+	g, _, _ := newTestGate(t, node)
+	g.Restarter = &crashLooper{}
+	failures := 0
+	steps(g, 2, &failures)
+	if len(node.rollbacks) != 0 {
+		t.Fatalf("rolled back after two processes of a threshold of three")
+	}
+	steps(g, 1, &failures)
+	if len(node.rollbacks) != 1 || !strings.Contains(node.rollbacks[0], "crash-looping") {
+		t.Fatalf("rollbacks %q, want one for a crash loop (HealthTimeout is an hour)", node.rollbacks)
 	}
 }

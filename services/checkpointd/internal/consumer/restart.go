@@ -107,6 +107,28 @@ func (s Signal) proc() string {
 	return "/proc"
 }
 
+// Instance names the consumer's running process by its pid and start time
+// ("" when none runs), so a crash loop shows as new instances.
+func (s Signal) Instance() (string, error) {
+	pid, err := s.find()
+	if err != nil || pid == 0 {
+		return "", err
+	}
+	fs, err := procfs.NewFS(s.proc())
+	if err != nil {
+		return "", err
+	}
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return "", nil
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return "", nil
+	}
+	return fmt.Sprintf("%d@%d", pid, st.Starttime), nil
+}
+
 // find returns the consumer's pid, 0 when it is not running.
 func (s Signal) find() (int, error) {
 	if s.PidFile != "" {
