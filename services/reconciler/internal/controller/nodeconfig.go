@@ -121,10 +121,17 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 			anyHalted = true
 		}
 	}
+	st.RolledBackVersions = c.rolledBackVersionsLocked(nc, selected)
+	current, haveCurrent := c.desiredVersion(nc)
+	failedCurrent := 0
+	if haveCurrent {
+		failedCurrent = len(c.rolledBackLocked(&v1alpha1.NodeConfig{Status: st}, current, nil))
+	}
 	c.mu.Unlock()
 
 	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
-	halted := anyHalted || (st.RolledBack > 0 && pacing.Halted(int(st.RolledBack), pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)))
+	maxFailures := pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)
+	halted := pacing.Halted(failedCurrent, maxFailures) || (anyHalted && !haveCurrent)
 	done := int(st.Active) == len(selected) && unknown == 0
 	switch {
 	case conflicts > 0:
@@ -132,7 +139,8 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 			fmt.Sprintf("%d selected node(s) are also selected by another NodeConfig and are left unchanged", conflicts))
 	case halted:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonRolloutHalted,
-			fmt.Sprintf("%d node(s) rolled back (maxFailures %d): the rollout of this version is halted until the spec or the ConfigMap changes", st.RolledBack, pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)))
+			fmt.Sprintf("%d node(s) rolled back from resourceVersion %s of ConfigMap %s/%s key %s with validator %s (maxFailures %d): its rollout is halted until the ConfigMap, the key or the validator changes",
+				failedCurrent, current.resourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.key, current.validator, maxFailures))
 	case st.RolledBack > 0 || st.Failing > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, "NodesFailing",
 			fmt.Sprintf("%d node(s) rolled back, %d failing with retries", st.RolledBack, st.Failing))

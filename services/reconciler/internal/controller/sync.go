@@ -148,20 +148,25 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 	}
 	d.Source = &nodeconfigv1.ConfigSource{Namespace: cm.Namespace, Name: cm.Name, Uid: string(cm.UID), ResourceVersion: cm.ResourceVersion, Key: ref.Key}
 	d.Data = cm.Data
-	d.Admit = c.pace(nc, node.Name, d.Source)
+	d.Admit = c.pace(nc, node.Name, versionOf(d.Source, d.Validator))
 	return d
 }
 
 // pace applies the NodeConfig's rollout limits to one node and one version.
 // The count and the reservation happen under one lock, so two workers can
 // never both take the last place in the trial.
-func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, src *nodeconfigv1.ConfigSource) func() policy.Admission {
+func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func() policy.Admission {
 	return func() policy.Admission {
 		selected := c.selectedNodes(nc)
 		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		inTrial, rolledBack := 0, 0
+		// Counted before the wait for unseen nodes: a halt is durable and
+		// holds whatever the nodes not seen yet say.
+		if pacing.Halted(len(c.rolledBackLocked(nc, v, selected)), pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)) {
+			return policy.Halted
+		}
+		inTrial := 0
 		for _, name := range selected {
 			n := c.nodes[name]
 			if n == nil {
@@ -172,15 +177,9 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, src *nodeconfigv
 				// Admit nobody until every selected node was synced once.
 				return policy.Wait
 			}
-			if n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK && nodeconfigv1.SameSource(n.Records.GetAssigned().GetSource(), src) {
-				rolledBack++
-			}
 			if name != node && (n.Admitted || n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING) {
 				inTrial++
 			}
-		}
-		if pacing.Halted(rolledBack, pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)) {
-			return policy.Halted
 		}
 		if inTrial >= limit {
 			return policy.Wait

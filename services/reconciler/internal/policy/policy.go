@@ -116,9 +116,19 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 	if a != nil && nodeconfigv1.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator && a.GetSoakSeconds() == d.SoakSeconds {
 		return continueTrial(ctx, agent, recs, d, now)
 	}
+	if nodeconfigv1.SameSource(d.Source, recs.GetLastKnownGood().GetSource()) {
+		// Back to the config this node already proved good (say, the
+		// validator switched back after a rollback): no trial, so neither
+		// pacing nor a halt holds it; the node heals at once.
+		return startTrial(ctx, agent, recs, d, now)
+	}
 	if d.Admit != nil {
 		switch d.Admit() {
 		case Halted:
+			if a.GetValidator() == d.Validator && nodeconfigv1.SameSource(a.GetSource(), d.Source) && recs.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
+				// This node's own rollback is what halted the version.
+				return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs}
+			}
 			return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED, Records: recs}
 		case Wait:
 			return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING, Records: recs}

@@ -89,6 +89,21 @@ type NodeConfigStatus struct {
 	Active             int32              `json:"active"`
 	RolledBack         int32              `json:"rolledBack"`
 	Failing            int32              `json:"failing"`
+	// RolledBackVersions names, per config version, the nodes that rolled
+	// back from it. A halt is a fact about a version, so it is kept here,
+	// where neither a node's deletion nor a reconciler fail-over loses it.
+	RolledBackVersions []RolledBackVersion `json:"rolledBackVersions,omitempty"`
+}
+
+// RolledBackVersion is one config version — what decides whether a config
+// loads: the ConfigMap version, its key and the validator, not the soak —
+// and the nodes that rolled back from it.
+type RolledBackVersion struct {
+	UID             string   `json:"uid"`
+	ResourceVersion string   `json:"resourceVersion"`
+	Key             string   `json:"key"`
+	Validator       string   `json:"validator"`
+	Nodes           []string `json:"nodes"`
 }
 
 // FromUnstructured converts an object from the dynamic client.
