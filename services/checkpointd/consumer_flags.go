@@ -12,9 +12,9 @@ import (
 // consumerFlags say how this node's consumer of the file (the kubelet) is
 // restarted and probed: the node's own facts, so they are agent flags.
 type consumerFlags struct {
-	restart, pidFile, exe, proc, unit, healthURL string
-	healthTimeout, period                        time.Duration
-	failures                                     int
+	restart, pidFile, exe, proc, unit, healthURL, logFile string
+	healthTimeout, period                                 time.Duration
+	failures                                              int
 }
 
 func (c *consumerFlags) register(fs *flag.FlagSet) {
@@ -24,6 +24,7 @@ func (c *consumerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.proc, "consumer-proc", "/proc", "signal: the host's /proc (the agent runs with hostPID)")
 	fs.StringVar(&c.unit, "consumer-unit", "kubelet.service", "systemd: the consumer's unit")
 	fs.StringVar(&c.healthURL, "consumer-health-url", "http://127.0.0.1:10248/healthz", "the consumer's health endpoint (2xx = healthy); empty: no probe")
+	fs.StringVar(&c.logFile, "consumer-log-file", "", "the consumer's log file, if it writes one: its last error line (the kubelet's exit line) goes into the message of a rollback")
 	fs.DurationVar(&c.healthTimeout, "consumer-health-timeout", 2*time.Minute, "how long a restarted consumer has to become healthy before its config is rolled back")
 	fs.DurationVar(&c.period, "consumer-probe-period", 5*time.Second, "how often the consumer is probed through the soak")
 	fs.IntVar(&c.failures, "consumer-failure-threshold", 3, "failed probes in a row that make a healthy consumer unhealthy (and its config rolled back)")
@@ -47,6 +48,6 @@ func (c *consumerFlags) gate(log *slog.Logger) (*consumer.Gate, error) {
 	}
 	return consumer.NewGate(consumer.Gate{
 		Restarter: r, Prober: consumer.Prober{URL: c.healthURL},
-		HealthTimeout: c.healthTimeout, Period: c.period, FailureThreshold: c.failures, Log: log,
+		HealthTimeout: c.healthTimeout, Period: c.period, FailureThreshold: c.failures, LogFile: c.logFile, Log: log,
 	}), nil
 }

@@ -113,8 +113,9 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	runReadmeCommand(ctx, t, work, `kubectl patch nodeconfig workers --type merge -p '{"spec":{"validator":"none","rollout":{"maxFailures":1}}}'`)
 	runReadmeCommand(ctx, t, work, `printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: "abc"\n' > bad.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./bad.yaml --dry-run=client -o yaml | kubectl apply -f -`)
 	waitStatus(ctx, t, "rolled back because the kubelet is unhealthy", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		// The kubelet's own words: its exit line names the field it refused.
 		return c.Status == corev1.ConditionFalse && c.Reason == "ConsumerUnhealthy" && nodeview.ResourceVersion(st.Active) == good &&
-			nodeview.ResourceVersion(st.Assigned) != good && st.Error != ""
+			nodeview.ResourceVersion(st.Assigned) != good && strings.Contains(c.Message, "maxPods")
 	})
 	waitKubeletMaxPods(ctx, t, maxPodsGood)
 	if content, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn)); err != nil || !strings.Contains(string(content), "maxPods: 58") {

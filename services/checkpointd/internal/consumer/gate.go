@@ -39,7 +39,10 @@ type Gate struct {
 	// make it crash-looping before HealthTimeout (where the restarter can
 	// tell its process: Instances).
 	CrashLoopThreshold int
-	Log                *slog.Logger
+	// LogFile, when set, is the consumer's own log: its last error line
+	// goes into the message of a failure (the kubelet's exit line).
+	LogFile string
+	Log     *slog.Logger
 
 	wake chan struct{}
 	// seen are the consumer's processes seen while waiting for its health.
@@ -193,6 +196,9 @@ func (g *Gate) crashLooping() bool {
 // fail rolls back a config the consumer does not run healthy; when there is
 // nothing to go back to, the consumer is recorded unhealthy and watched.
 func (g *Gate) fail(active *nodeconfigv1.ConfigSource, message string) {
+	if said := LastErrorLine(g.LogFile); said != "" {
+		message += "; the consumer said: " + said
+	}
 	rolled, err := g.Node.RollBack(active, message)
 	if err != nil {
 		g.Log.Error("roll back after the consumer failed", "err", err)

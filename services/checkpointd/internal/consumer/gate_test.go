@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -199,5 +201,21 @@ func TestGateRollsBackACrashLoopingConsumerBeforeItsTimeout(t *testing.T) {
 	steps(g, 1, &failures)
 	if len(node.rollbacks) != 1 || !strings.Contains(node.rollbacks[0], "crash-looping") {
 		t.Fatalf("rollbacks %q, want one for a crash loop (HealthTimeout is an hour)", node.rollbacks)
+	}
+}
+
+func TestLastErrorLineIsTheConsumersOwnWords(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "kubelet.log")
+	content := "I1122 11:00:00.000000 1 server.go:1] starting\n" +
+		`E1122 11:00:01.000000 1 run.go:72] "command failed" err="failed to merge kubelet configs: json: cannot unmarshal string into Go struct field KubeletConfiguration.maxPods of type int32"` + "\n" +
+		"I1122 11:00:01.100000 1 other.go:1] bye\n\n"
+	if err := os.WriteFile(log, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := LastErrorLine(log); !strings.Contains(got, "maxPods of type int32") {
+		t.Fatalf("LastErrorLine = %q, want the kubelet's exit line", got)
+	}
+	if got := LastErrorLine(filepath.Join(t.TempDir(), "absent.log")); got != "" {
+		t.Fatalf("no log file: %q", got)
 	}
 }
