@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -226,7 +227,7 @@ func (s *Service) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.
 		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, recs, nil
 	}
 	if err := s.target.Write(content); err != nil {
-		return 0, nil, status.Errorf(codes.Internal, "write target %s: %v", s.target.Path(), err)
+		return 0, nil, s.writeFailedLocked(fmt.Sprintf("cannot write %s to %s: %v", describe(assigned.GetSource()), s.target.Path(), err), err)
 	}
 	recs, err = s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		changed := false
@@ -247,6 +248,35 @@ func (s *Service) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.
 	s.metrics.activations.Inc()
 	s.wakeConsumer()
 	return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED, recs, nil
+}
+
+// ReasonWriteFailed is the early error of a target file that cannot be
+// written (read-only or full disk): nothing rolls back, the caller retries,
+// and the next successful write clears it.
+const ReasonWriteFailed = "WriteFailed"
+
+// writeFailedLocked records a failure to write the target as an early error,
+// so that the node's status says why its config is not in place, and
+// returns the gRPC error for the caller: ResourceExhausted for a full disk,
+// FailedPrecondition otherwise, never Unavailable, which means the agent
+// itself could not be reached.
+func (s *Service) writeFailedLocked(message string, cause error) error {
+	e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonWriteFailed, Message: message}
+	if _, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		if proto.Equal(r.GetError().GetError(), e) {
+			return false, nil
+		}
+		r.Error = &nodeconfigv1.ErrorRecord{Error: e, WrittenAt: now}
+		return true, nil
+	}); err != nil {
+		s.log.Error("cannot record the write failure", "err", err, "write_error", message)
+	}
+	s.log.Warn("target write failed; nothing rolled back, the caller retries", "err", message)
+	code := codes.FailedPrecondition
+	if errors.Is(cause, syscall.ENOSPC) || errors.Is(cause, syscall.EDQUOT) || errors.Is(cause, syscall.EFBIG) {
+		code = codes.ResourceExhausted
+	}
+	return status.Errorf(code, "%s (recorded as an early error %s; retry)", message, ReasonWriteFailed)
 }
 
 // rollBackLocked makes last-known-good active (nil: the local default, so
@@ -310,9 +340,10 @@ func (s *Service) PromoteLastKnownGood(_ context.Context, req *nodeconfigv1.Prom
 		case proto.Equal(r.GetLastKnownGood().GetSource(), src):
 		case r.SoakStart().IsZero():
 			refusal = fmt.Errorf("%s has not begun its soak: the consumer is %s on it", describe(src), consumerPhase(r))
-		case s.consumer != nil && now.AsTime().Before(r.SoakEnd()):
-			// Where the node gates on its consumer the soak is the node's own
-			// fact (the consumer's healthy time), so the node enforces it.
+		case now.AsTime().Before(r.SoakEnd()):
+			// The soak is the node's own fact (from when the config became
+			// active, or the consumer healthy on it), so the node enforces it
+			// whoever asks.
 			refusal = fmt.Errorf("%s is soaking until %s", describe(src), r.SoakEnd().UTC().Format(time.RFC3339))
 		}
 		if refusal != nil || proto.Equal(r.GetLastKnownGood().GetSource(), src) {

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,18 +22,45 @@ type fixture struct {
 	store  *store.Store
 	target materialize.Target
 	dir    string
+	// now is the store's clock; tests move it past a soak.
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (f *fixture) clock() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *fixture) advance(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = f.now.Add(d)
+}
+
+// promote waits out the active config's soak on the fixture's clock and
+// promotes it.
+func (f *fixture) promote(t *testing.T, rv string) {
+	t.Helper()
+	f.advance(time.Duration(f.records(t).GetAssigned().GetSoakSeconds()) * time.Second)
+	if _, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src(rv)}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, "c.db"), store.Options{NoSync: true})
+	f := &fixture{dir: dir, now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	st, err := store.Open(filepath.Join(dir, "c.db"), store.Options{NoSync: true, Now: f.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	target := materialize.Target{Dir: filepath.Join(dir, "target"), Name: "config.yaml"}
-	return &fixture{svc: New(Options{Store: st, Target: target}), store: st, target: target, dir: dir}
+	f.store, f.target = st, materialize.Target{Dir: filepath.Join(dir, "target"), Name: "config.yaml"}
+	f.svc = New(Options{Store: st, Target: f.target})
+	return f
 }
 
 var ctx = context.Background()
@@ -176,9 +205,7 @@ func TestActivateWritesTargetThenRecordsActive(t *testing.T) {
 func TestLateErrorRollsBackToLastKnownGoodAndRecordsError(t *testing.T) {
 	f := newFixture(t)
 	f.assign(t, "1", "a: 1\n")
-	if _, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src("1")}); err != nil {
-		t.Fatal(err)
-	}
+	f.promote(t, "1")
 	if got := f.assign(t, "2", "a: [1\n"); got != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK {
 		t.Fatalf("outcome %v, want ROLLED_BACK", got)
 	}
@@ -234,9 +261,7 @@ func TestSetErrorAcceptsOnlyEarlyErrors(t *testing.T) {
 func TestResetClearsEverythingAndRemovesTarget(t *testing.T) {
 	f := newFixture(t)
 	f.assign(t, "1", "a: 1\n")
-	if _, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src("1")}); err != nil {
-		t.Fatal(err)
-	}
+	f.promote(t, "1")
 	resp, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -289,5 +314,56 @@ func TestRecoverRepairsDriftAndFinishesInterruptedActivation(t *testing.T) {
 	resp, err := f.svc.RepairDrift(ctx, &nodeconfigv1.RepairDriftRequest{})
 	if err != nil || resp.GetRepaired() {
 		t.Fatalf("no drift expected: %v %v", resp, err)
+	}
+}
+
+// The node refuses to promote before the soak ends, whoever asks: the soak
+// runs from when the config became active.
+func TestPromoteRefusedBeforeTheSoakEnds(t *testing.T) {
+	f := newFixture(t)
+	f.assign(t, "1", "a: 1\n")
+	f.advance(59 * time.Second)
+	_, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src("1")})
+	wantCode(t, err, codes.FailedPrecondition, "soaking until")
+	if recs := f.records(t); recs.GetLastKnownGood() != nil {
+		t.Fatalf("promoted before the soak ended: %v", recs.GetLastKnownGood())
+	}
+	f.advance(time.Second)
+	if _, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src("1")}); err != nil {
+		t.Fatalf("at the soak's end: %v", err)
+	}
+}
+
+// A target that cannot be written is an early error recorded on the node,
+// with nothing rolled back; the next successful activation clears it.
+func TestActivateWriteFailureIsAnEarlyErrorNotARollback(t *testing.T) {
+	f := newFixture(t)
+	f.assign(t, "1", "a: 1\n")
+	f.promote(t, "1")
+	// A file where the directory's temp file would go: every write fails.
+	blocked := materialize.Target{Dir: f.target.Path(), Name: "x"}
+	f.svc.target = blocked
+	f.put(t, "2", "a: 2\n")
+	if _, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("2"), SoakSeconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.svc.Activate(ctx, &nodeconfigv1.ActivateRequest{})
+	wantCode(t, err, codes.FailedPrecondition, "cannot write")
+	recs := f.records(t)
+	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != ReasonWriteFailed {
+		t.Fatalf("error %v, want an early %s", e, ReasonWriteFailed)
+	}
+	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) || !nodeconfigv1.SameSource(recs.GetLastKnownGood().GetSource(), src("1")) {
+		t.Fatalf("records moved on a write failure: %v", recs)
+	}
+	f.svc.target = f.target
+	f.advance(time.Minute)
+	resp, err := f.svc.Activate(ctx, &nodeconfigv1.ActivateRequest{})
+	if err != nil || resp.GetOutcome() != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED {
+		t.Fatalf("activate once writable: %v %v", resp, err)
+	}
+	recs = resp.GetRecords()
+	if recs.GetError() != nil || !recs.GetActive().GetWrittenAt().AsTime().Equal(f.clock()) {
+		t.Fatalf("after the retry: %v; want no error and active written now (%v)", recs, f.clock())
 	}
 }

@@ -114,6 +114,12 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	if conflict {
 		res.State = nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT
 	}
+	if res.Err != nil {
+		// One Warning per node per distinct early error, not per retry.
+		if prev, ok := c.NodeInfo(name); !ok || prev.Err != res.Err.Error() {
+			res.Events = append(res.Events, policy.Event{Warning: true, Reason: policy.EventFailed, Message: res.Err.Error() + "; retrying with backoff, nothing rolled back"})
+		}
+	}
 	c.emit(node, nc, res.Events)
 	next := c.record(node, nc, res)
 	if res.Err != nil {

@@ -194,6 +194,15 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 func activate(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, now time.Time) Result {
 	resp, err := agent.Activate(ctx, &nodeconfigv1.ActivateRequest{})
 	if err != nil {
+		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded && c != codes.Canceled {
+			// checkpointd records a failure to write the file as an early
+			// error: report the node's own words.
+			if r, gerr := agent.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}); gerr == nil {
+				if e := r.GetRecords().GetError().GetError(); e.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY {
+					return failing(r.GetRecords(), fmt.Errorf("%s: %s", e.GetReason(), e.GetMessage()))
+				}
+			}
+		}
 		return failing(recs, fmt.Errorf("%s: activate: %w", ReasonAgentUnavailable, err))
 	}
 	recs = resp.GetRecords()
