@@ -103,11 +103,36 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Err: fmt.Errorf("%s: read records: %w", ReasonAgentUnavailable, err)}
 	}
 	recs := recsResp.GetRecords()
-	switch d.Mode {
-	case ModeLeave:
-		return Result{State: stateOf(recs), Records: recs}
-	case ModeReset:
+	if d.Mode == ModeReset {
 		return reset(ctx, agent, recs)
+	}
+	// The soak is the node's own fact: a config that stayed active through
+	// it is promoted whatever became of its source since — the ConfigMap
+	// deleted, the NodeConfig abandoned, a newer version waiting or halted
+	// — as the kubelet did, so that a later rollback returns to it.
+	var promoted []Event
+	if recs.SoakOver(now) {
+		src := recs.GetAssigned().GetSource()
+		resp, err := agent.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src})
+		if err != nil {
+			return failing(recs, fmt.Errorf("promote: %w", err))
+		}
+		recs = resp.GetRecords()
+		promoted = []Event{{Reason: EventPromoted, Message: fmt.Sprintf("%s stayed active for its %ds soak and is now last-known-good", describe(src), recs.GetAssigned().GetSoakSeconds())}}
+	}
+	res := syncUse(ctx, agent, recs, d, now)
+	res.Events = append(promoted, res.Events...)
+	if res.RequeueAfter == 0 && res.Err == nil && res.Records.Soaking() && !res.Records.SoakEnd().IsZero() {
+		// Whatever holds the node, look again when its soak ends.
+		res.RequeueAfter = max(res.Records.SoakEnd().Sub(now), time.Millisecond)
+	}
+	return res
+}
+
+// syncUse runs the rest of a sync for a node that is not being reset.
+func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, d Desired, now time.Time) Result {
+	if d.Mode == ModeLeave {
+		return Result{State: stateOf(recs), Records: recs}
 	}
 	if d.ResolveErr != nil {
 		return earlyError(ctx, agent, recs, d.ResolveErr)
@@ -249,15 +274,6 @@ func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClie
 		}
 	}
 	res := afterActive(recs, now)
-	if recs.SoakOver(now) {
-		src := recs.GetAssigned().GetSource()
-		resp, err := agent.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src})
-		if err != nil {
-			return failing(recs, fmt.Errorf("promote: %w", err))
-		}
-		res = afterActive(resp.GetRecords(), now)
-		events = append(events, Event{Reason: EventPromoted, Message: fmt.Sprintf("%s stayed active for its %ds soak and is now last-known-good", describe(src), recs.GetAssigned().GetSoakSeconds())})
-	}
 	res.Events = append(events, res.Events...)
 	return res
 }

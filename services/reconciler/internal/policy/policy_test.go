@@ -295,3 +295,29 @@ func TestCrashBetweenAssignAndActivateIsFinished(t *testing.T) {
 		t.Fatalf("result %+v (the soak clock must run from the durable activation)", r)
 	}
 }
+
+// A config that stayed active through its soak is promoted on the node's
+// own records whatever holds the node now: its ConfigMap gone (an early
+// error), the NodeConfig abandoned (leave), or a newer version waiting for
+// pacing or halted. A later rollback then returns to it.
+func TestSoakedConfigIsPromotedWhateverHoldsTheNode(t *testing.T) {
+	for name, d := range map[string]Desired{
+		"ConfigMap deleted": {Mode: ModeUse, ResolveErr: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonDownloadFailed, Message: "gone"}},
+		"abandoned":         {Mode: ModeLeave},
+		"newer waits":       func() Desired { d := use("2"); d.Admit = func() Admission { return Wait }; return d }(),
+		"newer halted":      func() Desired { d := use("2"); d.Admit = func() Admission { return Halted }; return d }(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFake(t0)
+			Sync(context.Background(), f, use("1"), t0)
+			r := Sync(context.Background(), f, d, t0.Add(time.Second))
+			if r.RequeueAfter != 599*time.Second && r.Err == nil {
+				t.Fatalf("mid-soak: look again in %v, want at the soak's end", r.RequeueAfter)
+			}
+			r = Sync(context.Background(), f, d, t0.Add(600*time.Second))
+			if !nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) || !hasEvent(r, EventPromoted) {
+				t.Fatalf("after the soak: last-known-good %v, events %v; want version 1 promoted", f.recs.GetLastKnownGood(), r.Events)
+			}
+		})
+	}
+}
