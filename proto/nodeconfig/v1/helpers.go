@@ -9,6 +9,11 @@ import (
 // This file is written by hand: small meanings of the contract that every
 // service needs the same way.
 
+// ReasonWriteFailed is the early error checkpointd records when it cannot
+// write the target file (a read-only or full disk): nothing is rolled back,
+// the reconciler retries, and checkpointd clears it once a write succeeds.
+const ReasonWriteFailed = "WriteFailed"
+
 // Status projects the records onto the NodeConfigStatus a node reports.
 func (r *Records) Status() *NodeConfigStatus {
 	return &NodeConfigStatus{

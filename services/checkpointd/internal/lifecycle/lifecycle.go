@@ -253,7 +253,7 @@ func (s *Service) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.
 // ReasonWriteFailed is the early error of a target file that cannot be
 // written (read-only or full disk): nothing rolls back, the caller retries,
 // and the next successful write clears it.
-const ReasonWriteFailed = "WriteFailed"
+const ReasonWriteFailed = nodeconfigv1.ReasonWriteFailed
 
 // writeFailedLocked records a failure to write the target as an early error,
 // so that the node's status says why its config is not in place, and
@@ -276,8 +276,17 @@ func (s *Service) writeFailedLocked(message string, cause error) error {
 	if errors.Is(cause, syscall.ENOSPC) || errors.Is(cause, syscall.EDQUOT) || errors.Is(cause, syscall.EFBIG) {
 		code = codes.ResourceExhausted
 	}
-	return status.Errorf(code, "%s (recorded as an early error %s; retry)", message, ReasonWriteFailed)
+	return &writeFailed{status.Newf(code, "%s (recorded as an early error %s; retry)", message, ReasonWriteFailed)}
 }
+
+// errWriteFailed matches the errors of writeFailedLocked.
+var errWriteFailed = errors.New("target write failed")
+
+type writeFailed struct{ st *status.Status }
+
+func (e *writeFailed) Error() string              { return e.st.Err().Error() }
+func (e *writeFailed) GRPCStatus() *status.Status { return e.st }
+func (e *writeFailed) Is(target error) bool       { return target == errWriteFailed }
 
 // rollBackLocked makes last-known-good active (nil: the local default, so
 // the target file goes) and records a late error.
@@ -287,13 +296,15 @@ func (s *Service) rollBackLocked(reason, message string) (*nodeconfigv1.Records,
 		return nil, storeError(err)
 	}
 	fallback := recs.GetLastKnownGood()
-	if _, err := s.ensureTarget(fallback.GetSource()); err != nil {
+	content, err := s.content(fallback.GetSource())
+	if err != nil {
 		// Even last-known-good does not load: the local default is always good.
 		s.log.Error("last-known-good does not load; falling back to the local default", "err", err)
-		fallback = nil
-		if err := s.target.Remove(); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
-		}
+		fallback, content = nil, nil
+	}
+	if _, err := s.target.Ensure(content); err != nil {
+		// Nothing is recorded as rolled back until the file says so.
+		return nil, s.writeFailedLocked(fmt.Sprintf("cannot roll back to %s at %s: %v", describe(fallback.GetSource()), s.target.Path(), err), err)
 	}
 	recs, err = s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		switched := !proto.Equal(r.GetActive().GetSource(), fallback.GetSource())
@@ -447,10 +458,16 @@ func (s *Service) Recover() error {
 	if assigned != nil && !proto.Equal(assigned.GetSource(), recs.GetActive().GetSource()) &&
 		recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
 		// Like the kubelet after a restart: try to make assigned active.
-		_, _, err := s.activateLocked()
-		return err
+		_, _, err = s.activateLocked()
+	} else {
+		_, err = s.repairLocked()
 	}
-	_, err = s.repairLocked()
+	if errors.Is(err, errWriteFailed) {
+		// Recorded on the node as an early error: serve, so that it is
+		// seen and retried, rather than crash-loop on a full disk.
+		s.log.Warn("could not write the target at start; serving, the reconciler retries", "err", err)
+		return nil
+	}
 	return err
 }
 
@@ -462,12 +479,21 @@ func (s *Service) repairLocked() (bool, error) {
 		return false, storeError(err)
 	}
 	active := recs.GetActive().GetSource()
-	changed, err := s.ensureTarget(active)
+	content, err := s.content(active)
 	if err != nil {
 		if _, rbErr := s.rollBackLocked(validate.ReasonLoadFailed, fmt.Sprintf("active %s no longer loads: %v", describe(active), err)); rbErr != nil {
 			return false, rbErr
 		}
 		return true, nil
+	}
+	// Failing to write is not failing to load: an early error, retried,
+	// with nothing rolled back.
+	changed, err := s.target.Ensure(content)
+	if err != nil {
+		return false, s.writeFailedLocked(fmt.Sprintf("cannot restore %s at %s: %v", describe(active), s.target.Path(), err), err)
+	}
+	if err := s.clearWriteFailedLocked(); err != nil {
+		return changed, err
 	}
 	if changed {
 		s.metrics.driftRepairs.Inc()
@@ -488,15 +514,33 @@ func (s *Service) repairLocked() (bool, error) {
 
 // ensureTarget makes the target file hold src's payload (nil: no file).
 func (s *Service) ensureTarget(src *nodeconfigv1.ConfigSource) (bool, error) {
-	var content []byte
-	if src != nil {
-		var err error
-		content, _, err = s.load(src, nodeconfigv1.Validator_VALIDATOR_NONE)
-		if err != nil {
-			return false, err
-		}
+	content, err := s.content(src)
+	if err != nil {
+		return false, err
 	}
 	return s.target.Ensure(content)
+}
+
+// content is src's payload as the target file holds it (nil: no file).
+func (s *Service) content(src *nodeconfigv1.ConfigSource) ([]byte, error) {
+	if src == nil {
+		return nil, nil
+	}
+	content, _, err := s.load(src, nodeconfigv1.Validator_VALIDATOR_NONE)
+	return content, err
+}
+
+// clearWriteFailedLocked drops a recorded WriteFailed error once the target
+// holds what it should.
+func (s *Service) clearWriteFailedLocked() error {
+	_, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, _ *timestamppb.Timestamp) (bool, error) {
+		if e := r.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != ReasonWriteFailed {
+			return false, nil
+		}
+		r.Error = nil
+		return true, nil
+	})
+	return storeErrorOrNil(err)
 }
 
 // load reads one key of a checkpoint and validates it. The reason says

@@ -2,15 +2,18 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
@@ -365,5 +368,81 @@ func TestActivateWriteFailureIsAnEarlyErrorNotARollback(t *testing.T) {
 	recs = resp.GetRecords()
 	if recs.GetError() != nil || !recs.GetActive().GetWrittenAt().AsTime().Equal(f.clock()) {
 		t.Fatalf("after the retry: %v; want no error and active written now (%v)", recs, f.clock())
+	}
+}
+
+// fullDisk mounts a small tmpfs at dir and fills it, so that creating any
+// file there fails with ENOSPC while reads and removals work, as on a real
+// full disk; the returned func frees the space. The test's cleanup
+// unmounts. Root ignores permission bits, hence a real filesystem.
+func fullDisk(t *testing.T, dir string) (free func()) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
+		if errors.Is(err, syscall.EPERM) {
+			t.Skipf("mounting a tmpfs needs CAP_SYS_ADMIN: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	filler := filepath.Join(dir, ".filler")
+	fh, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := fh.Write(make([]byte, 4096)); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	_ = fh.Close()
+	return func() {
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A drift repair that cannot write (the file was removed and the disk is
+// full) is an early error: nothing rolls back — active and last-known-good
+// stay — and the file is restored once there is room again.
+func TestDriftRepairOnAFullDiskIsAnEarlyErrorAndRestoresTheFileLater(t *testing.T) {
+	f := newFixture(t)
+	f.assign(t, "1", "a: 1\n")
+	f.promote(t, "1")
+	before := f.records(t)
+	// The full tmpfs mounted over the directory also hides the file.
+	free := fullDisk(t, f.target.Dir)
+	_, err := f.svc.RepairDrift(ctx, &nodeconfigv1.RepairDriftRequest{})
+	wantCode(t, err, codes.ResourceExhausted, "no space left on device")
+	recs := f.records(t)
+	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != ReasonWriteFailed {
+		t.Fatalf("error %v, want an early %s", e, ReasonWriteFailed)
+	}
+	if !proto.Equal(recs.GetActive(), before.GetActive()) || !proto.Equal(recs.GetLastKnownGood(), before.GetLastKnownGood()) {
+		t.Fatalf("a failed write moved the records:\nbefore %v\nafter  %v", before, recs)
+	}
+	// A restart meanwhile serves and reports rather than failing or rolling back.
+	if err := f.svc.Recover(); err != nil {
+		t.Fatalf("Recover on a full disk: %v", err)
+	}
+	if recs := f.records(t); !proto.Equal(recs.GetActive(), before.GetActive()) {
+		t.Fatalf("Recover on a full disk moved active: %v", recs.GetActive())
+	}
+	free()
+	resp, err := f.svc.RepairDrift(ctx, &nodeconfigv1.RepairDriftRequest{})
+	if err != nil || !resp.GetRepaired() {
+		t.Fatalf("repair once there is room: %v %v", resp, err)
+	}
+	if got, ok := f.targetContent(t); !ok || got != "a: 1\n" {
+		t.Fatalf("target = %q (exists %v), want the active payload back", got, ok)
+	}
+	if recs := f.records(t); recs.GetError() != nil || !proto.Equal(recs.GetActive(), before.GetActive()) {
+		t.Fatalf("after the repair: %v; want the error cleared and active unchanged", recs)
 	}
 }

@@ -219,16 +219,7 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 func activate(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, now time.Time) Result {
 	resp, err := agent.Activate(ctx, &nodeconfigv1.ActivateRequest{})
 	if err != nil {
-		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded && c != codes.Canceled {
-			// checkpointd records a failure to write the file as an early
-			// error: report the node's own words.
-			if r, gerr := agent.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}); gerr == nil {
-				if e := r.GetRecords().GetError().GetError(); e.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY {
-					return failing(r.GetRecords(), fmt.Errorf("%s: %s", e.GetReason(), e.GetMessage()))
-				}
-			}
-		}
-		return failing(recs, fmt.Errorf("%s: activate: %w", ReasonAgentUnavailable, err))
+		return agentFailed(ctx, agent, recs, "activate", err)
 	}
 	recs = resp.GetRecords()
 	src := recs.GetAssigned().GetSource()
@@ -257,8 +248,9 @@ func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClie
 		// Assigned but not active: a crash between the two steps.
 		return activate(ctx, agent, recs, now)
 	}
-	if recs.GetError() != nil {
-		// An early error from an earlier attempt is resolved now.
+	if recs.GetError() != nil && (!d.CheckDrift || recs.GetError().GetError().GetReason() != nodeconfigv1.ReasonWriteFailed) {
+		// An early error from an earlier attempt is resolved now; a failed
+		// write is checkpointd's to clear, once the drift check below writes.
 		if resp, err := agent.SetError(ctx, &nodeconfigv1.SetErrorRequest{}); err == nil {
 			recs = resp.GetRecords()
 		}
@@ -267,10 +259,16 @@ func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClie
 	if d.CheckDrift {
 		resp, err := agent.RepairDrift(ctx, &nodeconfigv1.RepairDriftRequest{})
 		if err != nil {
-			return failing(recs, fmt.Errorf("%s: repair drift: %w", ReasonAgentUnavailable, err))
+			return agentFailed(ctx, agent, recs, "repair drift", err)
 		}
 		if resp.GetRepaired() {
 			events = append(events, Event{Warning: true, Reason: EventDrift, Message: "the materialized config file differed from the active checkpoint and was rewritten"})
+		}
+		if recs.GetError() != nil {
+			// The write cleared checkpointd's WriteFailed error.
+			if r, err := agent.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}); err == nil {
+				recs = r.GetRecords()
+			}
 		}
 	}
 	res := afterActive(recs, now)
@@ -296,6 +294,20 @@ func afterActive(recs *nodeconfigv1.Records, now time.Time) Result {
 		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING, Records: recs, RequeueAfter: wait}
 	}
 	return Result{State: stateOf(recs), Records: recs}
+}
+
+// agentFailed is a failed call that changes the node: checkpointd records
+// a failure to write the file as an early error, so unless the agent could
+// not be reached, the node's own words are reported.
+func agentFailed(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, what string, err error) Result {
+	if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded && c != codes.Canceled {
+		if r, gerr := agent.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}); gerr == nil {
+			if e := r.GetRecords().GetError().GetError(); e.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY {
+				return failing(r.GetRecords(), fmt.Errorf("%s: %s", e.GetReason(), e.GetMessage()))
+			}
+		}
+	}
+	return failing(recs, fmt.Errorf("%s: %s: %w", ReasonAgentUnavailable, what, err))
 }
 
 func failing(recs *nodeconfigv1.Records, err error) Result {
