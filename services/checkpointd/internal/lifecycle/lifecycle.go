@@ -45,6 +45,10 @@ type Service struct {
 	// mu orders record changes with target writes, so the file on disk and
 	// the active record never disagree for long.
 	mu sync.Mutex
+
+	// testHookBeforeAssign runs in SetAssigned after the request is checked
+	// and before the records change (tests: a concurrent delete there).
+	testHookBeforeAssign func()
 }
 
 // Options configure a Service.
@@ -158,16 +162,6 @@ func (s *Service) SetAssigned(_ context.Context, req *nodeconfigv1.SetAssignedRe
 	if _, ok := nodeconfigv1.Validator_name[int32(req.GetValidator())]; !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "unknown validator %d", req.GetValidator())
 	}
-	p, err := s.store.GetPayload(src.GetUid(), src.GetResourceVersion())
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.FailedPrecondition, "no checkpoint for %s/%s: call PutCheckpoint first; assigned only ever names a config on disk", src.GetUid(), src.GetResourceVersion())
-	}
-	if err != nil {
-		return nil, storeError(err)
-	}
-	if _, ok := p.Data[src.GetKey()]; !ok {
-		return nil, status.Errorf(codes.FailedPrecondition, "checkpoint %s/%s has no key %q", src.GetUid(), src.GetResourceVersion(), src.GetKey())
-	}
 	soak := req.GetSoakSeconds()
 	if soak == 0 {
 		soak = DefaultSoakSeconds
@@ -179,7 +173,23 @@ func (s *Service) SetAssigned(_ context.Context, req *nodeconfigv1.SetAssignedRe
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	recs, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+	if s.testHookBeforeAssign != nil {
+		s.testHookBeforeAssign()
+	}
+	var refusal error
+	recs, err := s.store.UpdateRecordsWith(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp, payloads store.Payloads) (bool, error) {
+		// Checked in the transaction that records it: a DeletePayload or a
+		// sweep cannot remove the payload between the check and the commit.
+		switch found, hasKey, err := payloads.Has(src.GetUid(), src.GetResourceVersion(), src.GetKey()); {
+		case err != nil:
+			return false, err
+		case !found:
+			refusal = status.Errorf(codes.FailedPrecondition, "no checkpoint for %s/%s: call PutCheckpoint first; assigned only ever names a config on disk", src.GetUid(), src.GetResourceVersion())
+			return false, nil
+		case !hasKey:
+			refusal = status.Errorf(codes.FailedPrecondition, "checkpoint %s/%s has no key %q", src.GetUid(), src.GetResourceVersion(), src.GetKey())
+			return false, nil
+		}
 		a := r.GetAssigned()
 		if a != nil && proto.Equal(a.GetSource(), src) && a.GetSoakSeconds() == soak && a.GetValidator() == validator {
 			return false, nil
@@ -191,6 +201,9 @@ func (s *Service) SetAssigned(_ context.Context, req *nodeconfigv1.SetAssignedRe
 	})
 	if err != nil {
 		return nil, storeError(err)
+	}
+	if refusal != nil {
+		return nil, refusal
 	}
 	return &nodeconfigv1.SetAssignedResponse{Records: recs}, nil
 }
@@ -405,14 +418,13 @@ func (s *Service) SetError(_ context.Context, req *nodeconfigv1.SetErrorRequest)
 	return &nodeconfigv1.SetErrorResponse{Records: recs}, nil
 }
 
-// Reset returns the node to its local default: the target file goes first,
-// then every record becomes nil.
+// Reset returns the node to its local default: every record becomes nil
+// first, then the target file goes. A crash in between leaves records that
+// say "local default" and a file that the start's drift repair removes;
+// the other order would bring the old config back at start.
 func (s *Service) Reset(context.Context, *nodeconfigv1.ResetRequest) (*nodeconfigv1.ResetResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.target.Remove(); err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
 	recs, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		if r.Assigned == nil && r.Active == nil && r.LastKnownGood == nil && r.Error == nil {
 			return false, nil
@@ -426,6 +438,9 @@ func (s *Service) Reset(context.Context, *nodeconfigv1.ResetRequest) (*nodeconfi
 	})
 	if err != nil {
 		return nil, storeError(err)
+	}
+	if err := s.target.Remove(); err != nil {
+		return nil, s.writeFailedLocked(fmt.Sprintf("cannot remove %s for the local default: %v", s.target.Path(), err), err)
 	}
 	s.wakeConsumer()
 	return &nodeconfigv1.ResetResponse{Records: recs}, nil

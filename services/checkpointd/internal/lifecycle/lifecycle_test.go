@@ -446,3 +446,77 @@ func TestDriftRepairOnAFullDiskIsAnEarlyErrorAndRestoresTheFileLater(t *testing.
 		t.Fatalf("after the repair: %v; want the error cleared and active unchanged", recs)
 	}
 }
+
+// A checkpoint deleted while SetAssigned runs — at the moment between its
+// request checks and its records change, where the existence check used
+// to be done — is either seen by the assignment (refused) or refused
+// itself: assigned never names a payload that is gone.
+func TestSetAssignedNeverNamesAPayloadDeletedConcurrently(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "1", "a: 1\n")
+	var deleteErr error
+	f.svc.testHookBeforeAssign = func() {
+		_, deleteErr = f.svc.DeleteCheckpoint(ctx, &nodeconfigv1.DeleteCheckpointRequest{Uid: "uid-1", ResourceVersion: "1"})
+	}
+	_, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1"), SoakSeconds: 60})
+	if deleteErr != nil {
+		t.Fatalf("setup: the concurrent delete failed: %v", deleteErr)
+	}
+	wantCode(t, err, codes.FailedPrecondition, "no checkpoint")
+	if a := f.records(t).GetAssigned(); a != nil {
+		t.Fatalf("assigned %v names a payload that is gone", a)
+	}
+}
+
+// readOnly bind-mounts dir read-only over itself until the returned undo
+// (also run by the test's cleanup): unlink and create fail with EROFS,
+// which root cannot bypass.
+func readOnly(t *testing.T, dir string) (undo func()) {
+	t.Helper()
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		if errors.Is(err, syscall.EPERM) {
+			t.Skipf("a read-only bind mount needs CAP_SYS_ADMIN: %v", err)
+		}
+		t.Fatal(err)
+	}
+	mounted := true
+	undo = func() {
+		if mounted {
+			mounted = false
+			if err := syscall.Unmount(dir, 0); err != nil {
+				t.Errorf("unmount %s: %v", dir, err)
+			}
+		}
+	}
+	t.Cleanup(undo)
+	if err := syscall.Mount("", dir, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	return undo
+}
+
+// Reset stopped between its two steps (here: the file cannot be removed,
+// as a crash right there) never brings the old config back at the next
+// start: the records say "local default" first, and the start's repair
+// removes the file.
+func TestResetInterruptedBeforeTheFileGoesDoesNotBringTheConfigBack(t *testing.T) {
+	f := newFixture(t)
+	f.assign(t, "1", "a: 1\n")
+	f.promote(t, "1")
+	undo := readOnly(t, f.target.Dir)
+	if _, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{}); err == nil {
+		t.Fatal("Reset removed a file in a read-only directory")
+	}
+	undo()
+	// The next start.
+	restarted := New(Options{Store: f.store, Target: f.target})
+	if err := restarted.Recover(); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.records(t); r.GetAssigned() != nil || r.GetActive() != nil || r.GetLastKnownGood() != nil {
+		t.Fatalf("records after the interrupted reset and a start: %v, want the local default", r)
+	}
+	if got, ok := f.targetContent(t); ok {
+		t.Fatalf("the old config came back at start: target = %q", got)
+	}
+}

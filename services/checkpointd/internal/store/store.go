@@ -405,6 +405,32 @@ func (s *Store) Records() (*nodeconfigv1.Records, error) {
 // write time of every record it sets. If change reports no change, nothing
 // is written and the revision stays the same.
 func (s *Store) UpdateRecords(change func(recs *nodeconfigv1.Records, now *timestamppb.Timestamp) (changed bool, err error)) (*nodeconfigv1.Records, error) {
+	return s.UpdateRecordsWith(func(recs *nodeconfigv1.Records, now *timestamppb.Timestamp, _ Payloads) (bool, error) {
+		return change(recs, now)
+	})
+}
+
+// Payloads reads payloads inside a records transaction.
+type Payloads struct{ b *bolt.Bucket }
+
+// Has reports whether a payload is stored (found) and has key.
+func (p Payloads) Has(uid, resourceVersion, key string) (found, hasKey bool, err error) {
+	v := p.b.Get(PayloadKey(uid, resourceVersion))
+	if v == nil {
+		return false, false, nil
+	}
+	payload, err := decodePayload(v)
+	if err != nil {
+		return true, false, err
+	}
+	_, hasKey = payload.Data[key]
+	return true, hasKey, nil
+}
+
+// UpdateRecordsWith is UpdateRecords whose change may also read payloads in
+// the same transaction: a payload it finds cannot be deleted or swept
+// before the records that name it are committed.
+func (s *Store) UpdateRecordsWith(change func(recs *nodeconfigv1.Records, now *timestamppb.Timestamp, payloads Payloads) (changed bool, err error)) (*nodeconfigv1.Records, error) {
 	var out *nodeconfigv1.Records
 	var changed bool
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -412,7 +438,7 @@ func (s *Store) UpdateRecords(change func(recs *nodeconfigv1.Records, now *times
 		if err != nil {
 			return err
 		}
-		changed, err = change(recs, timestamppb.New(s.now().UTC()))
+		changed, err = change(recs, timestamppb.New(s.now().UTC()), Payloads{tx.Bucket(bucketPayloads)})
 		if err != nil || !changed {
 			out = recs
 			return err

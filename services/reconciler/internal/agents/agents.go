@@ -79,12 +79,17 @@ func Credentials(caFile, serverName, tokenFile string) ([]grpc.DialOption, error
 type Pool struct {
 	o     Options
 	mu    sync.Mutex
-	conns *lru.Cache // node name -> agentConn
+	conns *lru.Cache // node name -> *agentConn
 }
 
+// agentConn is one node's connection. A connection leaves the cache
+// (evicted, replaced, forgotten) while a sync may still be using it, so it
+// is closed only once no caller holds it. Guarded by Pool.mu.
 type agentConn struct {
-	target string
-	conn   *grpc.ClientConn
+	target  string
+	conn    *grpc.ClientConn
+	users   int
+	evicted bool
 }
 
 // New builds a pool.
@@ -92,18 +97,23 @@ func New(o Options) *Pool {
 	if o.MaxConnections <= 0 {
 		o.MaxConnections = 256
 	}
+	// The cache calls this under Pool.mu: every change of it happens there.
 	return &Pool{o: o, conns: lru.NewWithEvictionFunc(o.MaxConnections, func(_ lru.Key, v any) {
-		_ = v.(agentConn).conn.Close()
+		c := v.(*agentConn)
+		c.evicted = true
+		if c.users == 0 {
+			_ = c.conn.Close()
+		}
 	})}
 }
 
 // conn returns the open connection of a node, if any.
-func (p *Pool) conn(node string) (agentConn, bool) {
+func (p *Pool) conn(node string) (*agentConn, bool) {
 	v, ok := p.conns.Get(node)
 	if !ok {
-		return agentConn{}, false
+		return nil, false
 	}
-	return v.(agentConn), true
+	return v.(*agentConn), true
 }
 
 // Target returns the gRPC target of a node's checkpointd.
@@ -138,11 +148,13 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-// For returns a client for a node's checkpointd.
-func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, error) {
+// For returns a client for a node's checkpointd and the release the caller
+// calls once done with it; the connection stays open until then, even if
+// it leaves the pool meanwhile.
+func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, func(), error) {
 	target, err := p.Target(node)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -165,12 +177,24 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, error) {
 		opts = append(slices.Clip(opts), grpc.WithSharedWriteBuffer(true), grpc.WithReadBufferSize(4<<10), grpc.WithIdleTimeout(idleTimeout))
 		conn, err := grpc.NewClient(target, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("agent %s: %w", target, err)
+			return nil, nil, fmt.Errorf("agent %s: %w", target, err)
 		}
-		c = agentConn{target: target, conn: conn}
+		c = &agentConn{target: target, conn: conn}
 		p.conns.Add(node, c)
 	}
-	return nodeconfigv1.NewCheckpointServiceClient(c.conn), nil
+	c.users++
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			c.users--
+			if c.users == 0 && c.evicted {
+				_ = c.conn.Close()
+			}
+		})
+	}
+	return nodeconfigv1.NewCheckpointServiceClient(c.conn), release, nil
 }
 
 // Forget closes the connection of a node that is gone.

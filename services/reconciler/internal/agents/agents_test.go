@@ -1,13 +1,23 @@
 package agents
 
 import (
+	"context"
+	"net"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
 func agentPod(name, node, ip string, ready bool) *corev1.Pod {
@@ -44,13 +54,13 @@ func TestTargetFromTheReadyAgentPodOnTheNode(t *testing.T) {
 		t.Fatal("a node without an agent pod got a target")
 	}
 	// The agent pod is replaced with a new IP: the pool dials the new one.
-	if _, err := pool.For("node-a"); err != nil {
+	if _, _, err := pool.For("node-a"); err != nil {
 		t.Fatal(err)
 	}
 	if err := idx.Update(agentPod("agent-a", "node-a", "10.0.0.9", true)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.For("node-a"); err != nil {
+	if _, _, err := pool.For("node-a"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := pool.conn("node-a"); got.target != "10.0.0.9:7601" {
@@ -74,7 +84,7 @@ func TestPoolClosesLeastRecentlyUsedBeyondTheBound(t *testing.T) {
 	pool := New(Options{SocketTemplate: "/run/{node}/ck.sock", MaxConnections: 2})
 	defer pool.Close()
 	for _, n := range []string{"n1", "n2", "n1", "n3"} {
-		if _, err := pool.For(n); err != nil {
+		if _, _, err := pool.For(n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -88,5 +98,39 @@ func TestPoolClosesLeastRecentlyUsedBeyondTheBound(t *testing.T) {
 		if _, ok := pool.conn(n); !ok {
 			t.Fatalf("%s was closed", n)
 		}
+	}
+}
+
+// A connection the pool evicts while a sync still uses it stays usable
+// until that sync releases it, and is closed then.
+func TestEvictedConnectionStaysOpenUntilReleased(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer() // no CheckpointService: calls answer Unimplemented
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	pool := New(Options{Static: map[string]string{"a": "unix://" + sock, "b": "unix://" + sock}, MaxConnections: 1})
+	defer pool.Close()
+	inUse, release, err := pool.For("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pool.For("b"); err != nil { // evicts a's connection
+		t.Fatal(err)
+	}
+	if _, ok := pool.conn("a"); ok {
+		t.Fatal("setup: a's connection was not evicted")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := inUse.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}, grpc.WaitForReady(true)); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("a call on the evicted but held connection: %v, want it to reach the server (Unimplemented)", err)
+	}
+	release()
+	if _, err := inUse.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}); status.Code(err) != codes.Canceled {
+		t.Fatalf("after release: %v, want the connection closed (Canceled)", err)
 	}
 }

@@ -64,9 +64,10 @@ type Options struct {
 	Now        func() time.Time
 }
 
-// AgentPool hands out clients of the nodes' checkpointds (agents.Pool).
+// AgentPool hands out clients of the nodes' checkpointds (agents.Pool); a
+// caller releases each client once done with it.
 type AgentPool interface {
-	For(node string) (nodeconfigv1.CheckpointServiceClient, error)
+	For(node string) (client nodeconfigv1.CheckpointServiceClient, release func(), err error)
 	Forget(node string)
 }
 

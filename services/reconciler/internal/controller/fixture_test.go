@@ -166,14 +166,14 @@ type fakePool struct {
 	agents map[string]*fakeAgent
 }
 
-func (p *fakePool) For(node string) (nodeconfigv1.CheckpointServiceClient, error) {
+func (p *fakePool) For(node string) (nodeconfigv1.CheckpointServiceClient, func(), error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	a, ok := p.agents[node]
 	if !ok {
-		return nil, status.Error(codes.Unavailable, "no agent")
+		return nil, nil, status.Error(codes.Unavailable, "no agent")
 	}
-	return a, nil
+	return a, func() {}, nil
 }
 
 func (p *fakePool) Forget(string) {}

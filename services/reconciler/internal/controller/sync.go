@@ -102,7 +102,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		}
 	}
 
-	agent, err := c.o.Agents.For(name)
+	agent, release, err := c.o.Agents.For(name)
 	var res policy.Result
 	if err != nil {
 		res = policy.Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Err: fmt.Errorf("%s: %w", policy.ReasonAgentUnavailable, err)}
@@ -110,6 +110,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		rpcCtx, cancel := context.WithTimeout(ctx, c.o.RPCTimeout)
 		res = policy.Sync(rpcCtx, agent, d, c.o.Now())
 		cancel()
+		release()
 	}
 	if conflict {
 		res.State = nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT
