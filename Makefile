@@ -118,10 +118,15 @@ fuzz: ## fuzz each target for FUZZTIME (default 30s)
 	@hack/fuzz.sh $(FUZZTIME)
 
 run: build testbin $(TOOLS) ## the whole system locally: control plane, NODES simulated nodes, reconciler
-	go run nodeconfig.io/test/cmd/localrun --nodes $(NODES) --state $(CURDIR)/.run --bin $(BIN)
+	@go build -o $(BIN)/localrun nodeconfig.io/test/cmd/localrun
+	@# Not go run, which exits 1 after a Ctrl-C (see cluster).
+	$(BIN)/localrun --nodes $(NODES) --state $(CURDIR)/.run --bin $(BIN)
 
 cluster: build testbin nodebin node-packages images ## a real one-node cluster (containerd + kubelet, needs root) with the install applied
-	go run nodeconfig.io/test/cmd/realcluster
+	@go build -o $(BIN)/realcluster nodeconfig.io/test/cmd/realcluster
+	@# The command itself, not go run (which exits 1 after a Ctrl-C): it exits 0 once it has
+	@# cleaned up, and make with it.
+	$(BIN)/realcluster
 
 clean: ## remove built binaries, caches and local run state
 	rm -rf $(BIN) $(CACHE) .run
