@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"nodeconfig.io/test/cluster"
+	"nodeconfig.io/test/nodeview"
 	"nodeconfig.io/test/proc"
 	"nodeconfig.io/test/sim"
 )
@@ -180,24 +181,7 @@ func (e *env) deleteNodeConfigAndWait(name string) {
 
 // status reads a node's NodeConfigStatus annotation, as users see it.
 func (e *env) status(node string) (corev1.NodeConfigStatus, *corev1.NodeCondition, error) {
-	n, err := e.c.Client.CoreV1().Nodes().Get(e.ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return corev1.NodeConfigStatus{}, nil, err
-	}
-	var st corev1.NodeConfigStatus
-	raw, ok := n.Annotations["nodeconfig.io/config-status"]
-	if !ok {
-		return st, nil, fmt.Errorf("node %s has no config-status annotation yet", node)
-	}
-	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		return st, nil, err
-	}
-	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == "NodeConfigReady" {
-			return st, &n.Status.Conditions[i], nil
-		}
-	}
-	return st, nil, fmt.Errorf("node %s has no NodeConfigReady condition yet", node)
+	return nodeview.Read(e.ctx, e.c.Client, node)
 }
 
 // waitNode waits until check accepts the node's status and condition.
@@ -218,12 +202,7 @@ func (e *env) waitNode(node string, timeout time.Duration, what string, check fu
 	}
 }
 
-func rv(src *corev1.NodeConfigSource) string {
-	if src == nil || src.ConfigMap == nil {
-		return ""
-	}
-	return src.ConfigMap.ResourceVersion
-}
+func rv(src *corev1.NodeConfigSource) string { return nodeview.ResourceVersion(src) }
 
 func reasonIs(cond *corev1.NodeCondition, reason string) bool {
 	return cond != nil && cond.Reason == reason
