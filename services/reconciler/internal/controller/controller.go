@@ -107,6 +107,10 @@ type NodeInfo struct {
 	NextReconcile time.Time
 	// Admitted marks a node pacing let start a trial that has not ended.
 	Admitted bool
+	// Generations holds, per live NodeConfig selecting the node, the
+	// generation its last sync was computed for: a NodeConfig's status
+	// observes a generation only once all its nodes were synced at it.
+	Generations map[types.UID]int64
 }
 
 // New builds a controller.

@@ -83,7 +83,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigStatus {
 	st := v1alpha1.NodeConfigStatus{ObservedGeneration: nc.Generation, Conditions: slices.Clone(nc.Status.Conditions)}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: nc.Generation})
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration})
 	}
 	if err := c.selectorErr(nc); err != nil {
 		msg := fmt.Sprintf("spec.nodeSelector is invalid: %v; no node is changed until it is fixed", err)
@@ -94,7 +94,7 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 	}
 	selected := c.selectedNodes(nc)
 	st.Selected = int32(len(selected))
-	conflicts, unknown := 0, 0
+	conflicts, unknown, behind := 0, 0, 0
 	anyHalted := false
 	c.mu.Lock()
 	for _, name := range selected {
@@ -102,6 +102,9 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 		if n == nil {
 			unknown++
 			continue
+		}
+		if n.Generations[nc.UID] != nc.Generation {
+			behind++
 		}
 		switch n.State {
 		case nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED:
@@ -128,11 +131,16 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 		failedCurrent = len(c.rolledBackLocked(&v1alpha1.NodeConfig{Status: st}, current, nil))
 	}
 	c.mu.Unlock()
+	if unknown > 0 || behind > 0 {
+		// Counted from node states of an older generation (or none): the
+		// status does not observe this generation yet, and is not Ready.
+		st.ObservedGeneration = nc.Status.ObservedGeneration
+	}
 
 	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
 	maxFailures := pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)
 	halted := pacing.Halted(failedCurrent, maxFailures) || (anyHalted && !haveCurrent)
-	done := int(st.Active) == len(selected) && unknown == 0
+	done := int(st.Active) == len(selected) && unknown == 0 && behind == 0
 	switch {
 	case conflicts > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonSelectorConflict,
@@ -152,6 +160,9 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, "AllNodesActive", fmt.Sprintf("all %d selected node(s) have this config active and last-known-good", len(selected)))
 	} else {
 		msg := fmt.Sprintf("%d soaking, %d waiting (maxInTrial %d), %d active of %d selected", st.Soaking, st.Waiting, limit, st.Active, len(selected))
+		if unknown+behind > 0 {
+			msg += fmt.Sprintf("; %d not yet synced at generation %d", unknown+behind, nc.Generation)
+		}
 		progressing := metav1.ConditionTrue
 		if halted {
 			progressing = metav1.ConditionFalse

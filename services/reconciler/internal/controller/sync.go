@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -122,7 +123,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		}
 	}
 	c.emit(node, nc, res.Events)
-	next := c.record(node, nc, res)
+	next := c.record(node, nc, res, live)
 	if res.Err != nil {
 		c.o.Log.Info("node sync failed; retrying with backoff", "node", name, "err", res.Err, "retry_in", next)
 		return next, res.Err
@@ -227,10 +228,16 @@ func (c *Controller) selectedNodes(nc *v1alpha1.NodeConfig) []string {
 
 // record stores the sync's outcome and returns when to look again; after
 // an early error, that is the rate limiter's next delay.
-func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res policy.Result) time.Duration {
+func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res policy.Result, selectedBy []*v1alpha1.NodeConfig) time.Duration {
 	c.mu.Lock()
 	info := c.infoLocked(node.Name)
 	prevState, prevNC := info.State, info.NodeConfig
+	generations := make(map[types.UID]int64, len(selectedBy))
+	for _, m := range selectedBy {
+		generations[m.UID] = m.Generation
+	}
+	newGeneration := !maps.Equal(generations, info.Generations)
+	info.Generations = generations
 	info.State = res.State
 	if res.Records != nil {
 		info.Records = res.Records
@@ -276,6 +283,12 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 	changed := prevState != info.State || prevNC != info.NodeConfig
 	c.mu.Unlock()
 
+	if newGeneration {
+		// The NodeConfigs may now observe their generation.
+		for _, m := range selectedBy {
+			c.ncQ.AddAfter(m.Name, statusCoalesce)
+		}
+	}
 	if changed {
 		for _, name := range []string{prevNC, info.NodeConfig} {
 			if name != "" {

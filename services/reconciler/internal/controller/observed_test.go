@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+)
+
+// status.observedGeneration moves to a generation only once every selected
+// node was synced at it: a wait on observedGeneration followed by a Ready
+// check must not read node states of the generation before.
+func TestObservedGenerationWaitsForTheNodesOfThatGeneration(t *testing.T) {
+	f := newFixture(t)
+	f.addNode("n1", map[string]string{"pool": "a"})
+	f.addNode("n2", map[string]string{"pool": "a"})
+	f.addConfigMap("ns", "cfg", "10", map[string]string{"k": "maxPods: 1\n"})
+	nc := &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "pool-a", Generation: 1, Finalizers: []string{v1alpha1.Finalizer}}, Spec: v1alpha1.NodeConfigSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
+		Source:       &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: "ns", Name: "cfg", Key: "k"}},
+		SoakSeconds:  60,
+	}}
+	f.setNodeConfig(nc)
+	for _, n := range []string{"n1", "n2"} {
+		if err := f.syncNode(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.syncNodeConfig("pool-a")
+	if got := f.storedNodeConfig("pool-a").Status.ObservedGeneration; got != 1 {
+		t.Fatalf("observedGeneration %d after both nodes synced at 1, want 1", got)
+	}
+
+	nc = f.storedNodeConfig("pool-a")
+	nc.Generation = 2
+	nc.Spec.SoakSeconds = 120
+	f.setNodeConfig(nc)
+	f.syncNodeConfig("pool-a")
+	if got := f.storedNodeConfig("pool-a").Status.ObservedGeneration; got != 1 {
+		t.Fatalf("observedGeneration %d before any node saw generation 2, want 1", got)
+	}
+	if err := f.syncNode("n1"); err != nil {
+		t.Fatal(err)
+	}
+	f.syncNodeConfig("pool-a")
+	if got := f.storedNodeConfig("pool-a").Status.ObservedGeneration; got != 1 {
+		t.Fatalf("observedGeneration %d with one of two nodes synced at generation 2, want 1", got)
+	}
+	if err := f.syncNode("n2"); err != nil {
+		t.Fatal(err)
+	}
+	f.syncNodeConfig("pool-a")
+	got := f.storedNodeConfig("pool-a").Status
+	if got.ObservedGeneration != 2 {
+		t.Fatalf("observedGeneration %d with both nodes synced at generation 2, want 2", got.ObservedGeneration)
+	}
+	for _, c := range got.Conditions {
+		if c.ObservedGeneration != 2 {
+			t.Fatalf("condition %s observedGeneration %d, want 2", c.Type, c.ObservedGeneration)
+		}
+	}
+}
