@@ -149,3 +149,28 @@ func TestEarlyErrorCheckpointdUnreachableHeals(t *testing.T) {
 	})
 	_ = context.Background
 }
+
+// An early error is a Warning the user finds with kubectl get events: one
+// UpdateFailed on the Node per distinct error, not one per retry.
+func TestEarlyErrorIsOneWarningEventNotOnePerRetry(t *testing.T) {
+	e := newEnv(t, 1)
+	node := e.nodes[0].Name
+	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(1)})
+	e.waitNode(node, 20*time.Second, "promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.LastKnownGood) == cm.ResourceVersion
+	})
+	if err := e.c.Client.CoreV1().ConfigMaps(e.ns).Delete(e.ctx, "cfg", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.WaitFor(30*time.Second, func() (bool, error) {
+		return e.nodeState(node).GetFailures() >= 4, nil
+	}); err != nil {
+		t.Fatalf("no repeated early errors: %v (state %v)", err, e.nodeState(node))
+	}
+	e.waitEvent("Node", node, "UpdateFailed", 10*time.Second)
+	got := e.events(t, "Node", node, "UpdateFailed")
+	if len(got) != 1 || got[0].Count != 1 || got[0].Type != corev1.EventTypeWarning || !strings.Contains(got[0].Message, "cfg") {
+		t.Fatalf("UpdateFailed events %+v after %d retries, want one Warning naming the ConfigMap", got, e.nodeState(node).GetFailures())
+	}
+}

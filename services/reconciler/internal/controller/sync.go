@@ -84,7 +84,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		if err := c.clearAbandoned(ctx, node); err != nil {
 			return 0, err
 		}
-		d = c.desiredFor(ctx, nc, node)
+		d = c.desiredFor(nc, node)
 	case len(deleting) > 0:
 		nc = deleting[0]
 		for _, m := range deleting {
@@ -131,19 +131,17 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	return next, nil
 }
 
-// desiredFor resolves a NodeConfig's source for a node: ConfigMap from the
-// cache, then from the API server; a missing ConfigMap or key is an early
-// error that heals when it appears.
-func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, node *corev1.Node) policy.Desired {
+// desiredFor resolves a NodeConfig's source for a node from the cache; a
+// missing ConfigMap or key is an early error that heals when it appears.
+func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) policy.Desired {
 	ref := nc.Spec.Source.ConfigMap
 	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: nc.Spec.SoakSeconds, CheckDrift: true}
 	if d.SoakSeconds == 0 {
 		d.SoakSeconds = 600
 	}
+	// The cache only: the ConfigMap's add event wakes the nodes when it
+	// appears, so a retry never costs the API server a GET.
 	cm, err := c.o.ConfigMaps.ConfigMaps(ref.Namespace).Get(ref.Name)
-	if apierrors.IsNotFound(err) {
-		cm, err = c.o.Kube.CoreV1().ConfigMaps(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	}
 	early := func(msg string) policy.Desired {
 		d.ResolveErr = &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: policy.ReasonDownloadFailed, Message: msg}
 		return d
