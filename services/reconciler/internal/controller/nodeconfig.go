@@ -67,7 +67,8 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 		return 0, fmt.Errorf("update status: %w", err)
 	}
 	// One Warning per distinct problem with the NodeConfig itself.
-	if d := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionDegraded); d != nil && d.Reason == v1alpha1.ReasonInvalidSelector &&
+	if d := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionDegraded); d != nil &&
+		(d.Reason == v1alpha1.ReasonInvalidSelector || d.Reason == v1alpha1.ReasonInvalidReconcileInterval) &&
 		(prevDegraded == nil || prevDegraded.Reason != d.Reason || prevDegraded.Message != d.Message) && c.o.Recorder != nil {
 		c.o.Recorder.Event(nodeConfigRef(nc), corev1.EventTypeWarning, d.Reason, d.Message)
 	}
@@ -152,6 +153,8 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 	case st.RolledBack > 0 || st.Failing > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, "NodesFailing",
 			fmt.Sprintf("%d node(s) rolled back, %d failing with retries", st.RolledBack, st.Failing))
+	case reconcileIntervalErr(nc) != nil:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonInvalidReconcileInterval, reconcileIntervalErr(nc).Error())
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, "AsExpected", "no node rolled back or failing")
 	}

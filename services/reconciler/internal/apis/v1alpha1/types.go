@@ -41,6 +41,9 @@ const (
 	// ReasonInvalidSelector: spec.nodeSelector does not parse; no node is
 	// changed until it is fixed.
 	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonInvalidReconcileInterval: the reconcile-interval annotation is
+	// not a whole number of seconds >= 0; the default is used meanwhile.
+	ReasonInvalidReconcileInterval = "InvalidReconcileInterval"
 )
 
 // NodeConfig assigns a config to the nodes its selector matches.
