@@ -158,6 +158,17 @@ func (c *Cluster) ClientKubeconfig(path, user string, groups []string) error {
 	return c.writeKubeconfigFor(path, pemBlock("CERTIFICATE", der), pemBlock("EC PRIVATE KEY", keyDER))
 }
 
+// ServingCert writes a serving certificate and key signed by the cluster's
+// CA for the given IPs (a kubelet's, which the API server verifies when it
+// proxies logs).
+func (c *Cluster) ServingCert(certPath, keyPath, commonName string, ips []net.IP) error {
+	der, key, err := c.pki.ca.issue(time.Now().UnixNano(), pkix.Name{CommonName: commonName}, x509.ExtKeyUsageServerAuth, ips, []string{commonName})
+	if err != nil {
+		return err
+	}
+	return writeKeyPair(certPath, keyPath, der, key)
+}
+
 // CAFile is the cluster CA's certificate, which signs every client and
 // serving certificate of the control plane.
 func (c *Cluster) CAFile() string { return c.pki.caCert }

@@ -10,6 +10,7 @@ package realnode
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -60,6 +61,8 @@ var (
 	AgentStateDir = filepath.Join(Root, "agent-state")
 	// KubeletPidFile is where the kubelet's supervisor writes its pid.
 	KubeletPidFile = filepath.Join(Root, "kubelet.pid")
+	// PodLogs is the kubelet's podLogsDir.
+	PodLogs = filepath.Join(Root, "pod-logs")
 )
 
 // Node is a running one-node cluster.
@@ -272,6 +275,11 @@ func (n *Node) startKubelet(bin string) error {
 	if err := n.Cluster.ClientKubeconfig(kubeconfig, "system:node:"+NodeName, []string{"system:nodes"}); err != nil {
 		return err
 	}
+	// A serving certificate the API server can verify (kubectl logs).
+	servingCert, servingKey := filepath.Join(Root, "kubelet.crt"), filepath.Join(Root, "kubelet.key")
+	if err := n.Cluster.ServingCert(servingCert, servingKey, NodeName, []net.IP{net.ParseIP(Gateway), net.ParseIP("127.0.0.1")}); err != nil {
+		return err
+	}
 	n.KubeletConfig = filepath.Join(Root, "kubelet-config.yaml")
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -286,6 +294,8 @@ authentication:
   x509: {clientCAFile: %[2]q}
 authorization: {mode: AlwaysAllow}
 readOnlyPort: 0
+tlsCertFile: %[5]q
+tlsPrivateKeyFile: %[6]q
 healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 podLogsDir: %[3]q
@@ -295,7 +305,7 @@ syncFrequency: 10s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 50Mi, nodefs.available: 1%%, imagefs.available: 1%%, nodefs.inodesFree: 1%%}
-`, n.containerd, n.Cluster.CAFile(), filepath.Join(Root, "pod-logs"), filepath.Join(Root, "volume-plugins"))
+`, n.containerd, n.Cluster.CAFile(), PodLogs, filepath.Join(Root, "volume-plugins"), servingCert, servingKey)
 	if err := os.WriteFile(n.KubeletConfig, []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -374,9 +384,14 @@ func (n *Node) Configz(ctx context.Context) (map[string]any, error) {
 		if err != nil {
 			return nil, err
 		}
-		// The kubelet serves a self-signed certificate; this is loopback.
+		ca, err := os.ReadFile(n.Cluster.CAFile())
+		if err != nil {
+			return nil, err
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(ca)
 		n.adminClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-			TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pair}, InsecureSkipVerify: true},
+			TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: roots},
 		}}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:10250/configz", nil)
@@ -432,7 +447,7 @@ func (n *Node) stopProcesses() error {
 func (n *Node) Stop(keepLogs string) error {
 	_ = n.stopProcesses()
 	if keepLogs != "" {
-		_ = exec.Command("cp", "-r", n.Logs, filepath.Join(Root, "pod-logs"), keepLogs).Run()
+		_ = exec.Command("cp", "-r", n.Logs, PodLogs, keepLogs).Run()
 	}
 	return n.host.Undo()
 }

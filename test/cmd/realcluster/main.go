@@ -68,13 +68,13 @@ ready: a real kubelet, nodeconfig installed, and NodeConfig "workers" rolling ma
   kubectl -n nodeconfig-system get pods -o wide
   kubectl get node %s -o jsonpath='{.metadata.annotations.nodeconfig\.io/config-status}'; echo
   cat %s/50-nodeconfig.conf                       # the drop-in the agent wrote
-  kill $(cat %s)                                 # restart the kubelet (its supervisor starts it again)
+  kill $(cat %s)     # restart the kubelet by hand (the agent does it after every change; its supervisor starts it again)
   kubectl get node %s -o jsonpath='{.status.capacity.pods}'; echo   # 57 once it runs the drop-in
-  kubectl -n nodeconfig-system logs ds/nodeconfig-agent -c checkpointd
+  tail %s/nodeconfig-system_nodeconfig-agent-*/checkpointd/*.log   # the agent's log
   kubectl delete nodeconfig workers                # back to the kubelet's base config
 
 Logs: %s. Ctrl-C stops everything and undoes every change to the host.
-`, time.Since(start).Round(time.Second), kc, realnode.NodeName, realnode.ConfigDir, realnode.KubeletPidFile, realnode.NodeName, node.Logs)
+`, time.Since(start).Round(time.Second), kc, realnode.NodeName, realnode.ConfigDir, realnode.KubeletPidFile, realnode.NodeName, realnode.PodLogs, node.Logs)
 	<-ctx.Done()
 	return nil
 }
