@@ -110,7 +110,7 @@ func TestCheckpointdSurvivesSIGKILLAtRandomMoments(t *testing.T) {
 		mode := pickMode(rng)
 		frac := rng.Float64()
 		kind, skip := rpcKind(rng.IntN(int(rpcKinds))), rng.IntN(3)
-		w := &worker{client: client, starts: make(chan rpcStart, 64), done: make(chan struct{}), next: next}
+		w := &worker{client: client, promoteEvery: 4, starts: make(chan rpcStart, 64), done: make(chan struct{}), next: next}
 		var watch *dirWatch
 		if mode == killAtWrite {
 			var err error

@@ -54,6 +54,11 @@ type acked struct{ assigned, active, lastKnownGood int }
 // started are read only after done is closed.
 type worker struct {
 	client nodeconfigv1.CheckpointServiceClient
+	// promoteEvery promotes only every so many versions (0 or 1: each):
+	// the node refuses to promote before the soak (1 s) ends, so a
+	// promotion waits it out, and the versions between are superseded
+	// before their soak ends, as quick edits are.
+	promoteEvery int
 	// started counts the calls issued so far: the killer reads it just
 	// before the kill, so a failed call numbered at most that was issued
 	// before the kill and never answered.
@@ -105,8 +110,10 @@ func (w *worker) cycle(ctx context.Context, v int) error {
 		return err
 	}
 	w.acked.assigned = v
+	var activated *nodeconfigv1.Records
 	if err := w.call(rpcActivate, func() error {
 		resp, err := w.client.Activate(ctx, &nodeconfigv1.ActivateRequest{})
+		activated = resp.GetRecords()
 		if err == nil && resp.GetOutcome() != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED {
 			return fmt.Errorf("activate version %d: outcome %v, error %v", v, resp.GetOutcome(), resp.GetRecords().GetError())
 		}
@@ -115,6 +122,16 @@ func (w *worker) cycle(ctx context.Context, v int) error {
 		return err
 	}
 	w.acked.active = v
+	if w.promoteEvery > 1 && v%w.promoteEvery != 0 {
+		return nil
+	}
+	// Waited out between calls, never inside one: a kill during the wait
+	// interrupts no call.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Until(activated.SoakEnd())):
+	}
 	if err := w.call(rpcPromote, func() error {
 		_, err := w.client.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src})
 		return err
