@@ -3,46 +3,18 @@ package crash
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/readonly"
 	"nodeconfig.io/test/sim"
 )
-
-// readOnly bind-mounts dir read-only over itself until the returned undo,
-// which the test's cleanup also runs. A real read-only filesystem, not a
-// permission bit (root ignores those).
-func readOnly(t *testing.T, dir string) (undo func()) {
-	t.Helper()
-	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
-		if errors.Is(err, syscall.EPERM) {
-			t.Skipf("a read-only bind mount needs CAP_SYS_ADMIN: %v", err)
-		}
-		t.Fatal(err)
-	}
-	mounted := true
-	undo = func() {
-		if mounted {
-			mounted = false
-			if err := syscall.Unmount(dir, 0); err != nil {
-				t.Errorf("unmount %s: %v", dir, err)
-			}
-		}
-	}
-	t.Cleanup(undo)
-	if err := syscall.Mount("", dir, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
-		t.Fatal(err)
-	}
-	return undo
-}
 
 // A read-only target directory fails activation with the cause and leaves
 // the running config's file alone; a read-only state directory stops
@@ -63,7 +35,7 @@ func TestReadOnlyDirectoriesFailClearlyAndRecover(t *testing.T) {
 	}
 
 	// Target directory read-only while running.
-	undoTarget := readOnly(t, targetDir)
+	undoTarget := readonly.Mount(t, targetDir)
 	err = cycle(ctx, client, 2)
 	if err == nil || !strings.Contains(err.Error(), "read-only file system") {
 		t.Fatalf("activating onto a read-only target dir: %v, want an error naming it", err)
@@ -92,7 +64,7 @@ func TestReadOnlyDirectoriesFailClearlyAndRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	undoState := readOnly(t, stateDir)
+	undoState := readonly.Mount(t, stateDir)
 	if err := p.Restart(); err != nil {
 		t.Fatal(err)
 	}

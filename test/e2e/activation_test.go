@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"errors"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -11,34 +9,8 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/readonly"
 )
-
-// readOnly bind-mounts dir read-only over itself until the returned undo,
-// which the test's cleanup also runs: a real read-only filesystem, which
-// root cannot write either (a permission bit would not stop it).
-func readOnly(t *testing.T, dir string) (undo func()) {
-	t.Helper()
-	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
-		if errors.Is(err, syscall.EPERM) {
-			t.Skipf("a read-only bind mount needs CAP_SYS_ADMIN: %v", err)
-		}
-		t.Fatal(err)
-	}
-	mounted := true
-	undo = func() {
-		if mounted {
-			mounted = false
-			if err := syscall.Unmount(dir, 0); err != nil {
-				t.Errorf("unmount %s: %v", dir, err)
-			}
-		}
-	}
-	t.Cleanup(undo)
-	if err := syscall.Mount("", dir, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
-		t.Fatal(err)
-	}
-	return undo
-}
 
 // An activation that fails to write the file (a read-only target
 // directory) is an early error the user sees — error set, a reason, a
@@ -54,7 +26,7 @@ func TestActivationFailureIsAnEarlyErrorAndTheSoakStartsAtActivation(t *testing.
 		return rv(st.LastKnownGood) == v1.ResourceVersion && reasonIs(c, "Active")
 	})
 
-	undo := readOnly(t, n.TargetDir)
+	undo := readonly.Mount(t, n.TargetDir)
 	v2 := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: 90\n"})
 	e.waitNode(n.Name, 20*time.Second, "the failed activation reported", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return rv(st.Assigned) == v2.ResourceVersion && rv(st.Active) == v1.ResourceVersion && rv(st.LastKnownGood) == v1.ResourceVersion &&
