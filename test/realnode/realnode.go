@@ -118,7 +118,7 @@ func Start(ctx context.Context, images ...string) (n *Node, err error) {
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("%w (logs in %s)", err, n.Logs)
-			_ = n.stopProcesses()
+			n.stopProcesses()
 			if uerr := n.host.Undo(); uerr != nil {
 				err = fmt.Errorf("%w; and undoing host changes: %v", err, uerr)
 			}
@@ -419,8 +419,7 @@ func (n *Node) Configz(ctx context.Context) (map[string]any, error) {
 	return out.KubeletConfig, nil
 }
 
-func (n *Node) stopProcesses() error {
-	var errs []string
+func (n *Node) stopProcesses() {
 	if n.Scheduler != nil {
 		_ = n.Scheduler.Stop(5 * time.Second)
 	}
@@ -436,16 +435,12 @@ func (n *Node) stopProcesses() error {
 	if n.Cluster != nil {
 		n.Cluster.Stop()
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%s", strings.Join(errs, "; "))
-	}
-	return nil
 }
 
 // Stop stops every process of the node (and the pods' containers) and undoes
 // every change to the host. The logs are kept in keepLogs when it is not empty.
 func (n *Node) Stop(keepLogs string) error {
-	_ = n.stopProcesses()
+	n.stopProcesses()
 	if keepLogs != "" {
 		_ = exec.Command("cp", "-r", n.Logs, PodLogs, keepLogs).Run()
 	}

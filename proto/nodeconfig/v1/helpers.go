@@ -14,6 +14,11 @@ import (
 // the reconciler retries, and checkpointd clears it once a write succeeds.
 const ReasonWriteFailed = "WriteFailed"
 
+// ReasonConsumerUnhealthy is the late error of a config the node's consumer
+// (the kubelet) does not run healthy: checkpointd records it when it rolls
+// back, statusd makes it the condition's reason.
+const ReasonConsumerUnhealthy = "ConsumerUnhealthy"
+
 // Status projects the records onto the NodeConfigStatus a node reports.
 func (r *Records) Status() *NodeConfigStatus {
 	return &NodeConfigStatus{

@@ -678,8 +678,8 @@ func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, message string) (
 }
 
 // ReasonConsumerUnhealthy is the late error of a config the consumer does
-// not run healthy (consumer.ReasonUnhealthy).
-const ReasonConsumerUnhealthy = "ConsumerUnhealthy"
+// not run healthy.
+const ReasonConsumerUnhealthy = nodeconfigv1.ReasonConsumerUnhealthy
 
 func storeErrorOrNil(err error) error {
 	if err == nil {

@@ -48,7 +48,7 @@ const (
 	ReasonWaitingForHealth = "WaitingForHealth"
 	// The consumer did not run the config healthy: rolled back, or nothing
 	// was left to roll back to.
-	ReasonConsumerUnhealthy = "ConsumerUnhealthy"
+	ReasonConsumerUnhealthy = nodeconfigv1.ReasonConsumerUnhealthy
 )
 
 // RecordsFunc returns the node's current records, or an error when
