@@ -1021,9 +1021,12 @@ func (x *SetErrorResponse) GetRecords() *Records {
 	return nil
 }
 
-// ResetRequest is empty.
+// ResetRequest returns the node to its local default.
 type ResetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// soak_seconds is how long the return to the local default counts as a
+	// change on trial (recorded in Records.reset); 0: it does not.
+	SoakSeconds   int64 `protobuf:"varint,1,opt,name=soak_seconds,json=soakSeconds,proto3" json:"soak_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1056,6 +1059,13 @@ func (x *ResetRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ResetRequest.ProtoReflect.Descriptor instead.
 func (*ResetRequest) Descriptor() ([]byte, []int) {
 	return file_nodeconfig_v1_checkpoint_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ResetRequest) GetSoakSeconds() int64 {
+	if x != nil {
+		return x.SoakSeconds
+	}
+	return 0
 }
 
 // ResetResponse holds the records after the change.
@@ -1331,8 +1341,9 @@ const file_nodeconfig_v1_checkpoint_proto_rawDesc = "" +
 	"\x0fSetErrorRequest\x120\n" +
 	"\x05error\x18\x01 \x01(\v2\x1a.nodeconfig.v1.ConfigErrorR\x05error\"D\n" +
 	"\x10SetErrorResponse\x120\n" +
-	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\x0e\n" +
-	"\fResetRequest\"A\n" +
+	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"1\n" +
+	"\fResetRequest\x12!\n" +
+	"\fsoak_seconds\x18\x01 \x01(\x03R\vsoakSeconds\"A\n" +
 	"\rResetResponse\x120\n" +
 	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\x14\n" +
 	"\x12RepairDriftRequest\"1\n" +

@@ -76,3 +76,32 @@ func (r *Records) Soaking() bool {
 	return a != nil && SameSource(a, r.GetActive().GetSource()) && !SameSource(a, r.GetLastKnownGood().GetSource()) &&
 		r.GetError().GetError().GetPhase() != ErrorPhase_ERROR_PHASE_LATE
 }
+
+// ResetSoakEnd is when the node's last reset stops counting as a change on
+// trial: its soak measured from the reset, or from the moment the consumer
+// became healthy on the local default where the node gates on it. Zero when
+// the soak has not begun (the consumer is not healthy yet) or there is none.
+func (r *Records) ResetSoakEnd() time.Time {
+	reset := r.GetLastReset()
+	if reset.GetSoakSeconds() <= 0 || reset.GetAt() == nil {
+		return time.Time{}
+	}
+	start := reset.GetAt().AsTime()
+	if c := r.GetConsumer(); c != nil {
+		if c.GetSource() != nil || c.GetPhase() != ConsumerPhase_CONSUMER_PHASE_HEALTHY || c.GetSince() == nil {
+			return time.Time{}
+		}
+		start = c.GetSince().AsTime()
+	}
+	return start.Add(time.Duration(reset.GetSoakSeconds()) * time.Second)
+}
+
+// ResetSoaking reports whether the node's last reset is still on trial at
+// now: it soaks, nothing was assigned since, and its soak has not ended.
+func (r *Records) ResetSoaking(now time.Time) bool {
+	if r.GetLastReset().GetSoakSeconds() <= 0 || r.GetAssigned() != nil {
+		return false
+	}
+	end := r.ResetSoakEnd()
+	return end.IsZero() || now.Before(end)
+}

@@ -557,7 +557,11 @@ type Records struct {
 	Revision uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	// consumer is where the consumer of the file (the kubelet) is with the
 	// active config; unset where the node does not gate on its consumer.
-	Consumer      *ConsumerRecord `protobuf:"bytes,6,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	Consumer *ConsumerRecord `protobuf:"bytes,6,opt,name=consumer,proto3" json:"consumer,omitempty"`
+	// last_reset is the node's last return to its local default from an assigned
+	// config, kept until the next assignment: a reset is a change like any
+	// other, so its soak paces the next departures, even across a fail-over.
+	LastReset     *ResetRecord `protobuf:"bytes,7,opt,name=last_reset,json=lastReset,proto3" json:"last_reset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -634,6 +638,76 @@ func (x *Records) GetConsumer() *ConsumerRecord {
 	return nil
 }
 
+func (x *Records) GetLastReset() *ResetRecord {
+	if x != nil {
+		return x.LastReset
+	}
+	return nil
+}
+
+// ResetRecord is when the node returned to its local default, from what,
+// and how long that change soaks.
+type ResetRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// from is the config the node left.
+	From          *ConfigSource          `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	SoakSeconds   int64                  `protobuf:"varint,3,opt,name=soak_seconds,json=soakSeconds,proto3" json:"soak_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetRecord) Reset() {
+	*x = ResetRecord{}
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetRecord) ProtoMessage() {}
+
+func (x *ResetRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetRecord.ProtoReflect.Descriptor instead.
+func (*ResetRecord) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ResetRecord) GetFrom() *ConfigSource {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ResetRecord) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *ResetRecord) GetSoakSeconds() int64 {
+	if x != nil {
+		return x.SoakSeconds
+	}
+	return 0
+}
+
 // ConsumerRecord is the node's durable record of its consumer.
 type ConsumerRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -651,7 +725,7 @@ type ConsumerRecord struct {
 
 func (x *ConsumerRecord) Reset() {
 	*x = ConsumerRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +737,7 @@ func (x *ConsumerRecord) String() string {
 func (*ConsumerRecord) ProtoMessage() {}
 
 func (x *ConsumerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +750,7 @@ func (x *ConsumerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerRecord.ProtoReflect.Descriptor instead.
 func (*ConsumerRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ConsumerRecord) GetSource() *ConfigSource {
@@ -726,7 +800,7 @@ type NodeConfigStatus struct {
 
 func (x *NodeConfigStatus) Reset() {
 	*x = NodeConfigStatus{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +812,7 @@ func (x *NodeConfigStatus) String() string {
 func (*NodeConfigStatus) ProtoMessage() {}
 
 func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +825,7 @@ func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfigStatus.ProtoReflect.Descriptor instead.
 func (*NodeConfigStatus) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeConfigStatus) GetAssigned() *ConfigSource {
@@ -810,14 +884,20 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\vErrorRecord\x120\n" +
 	"\x05error\x18\x01 \x01(\v2\x1a.nodeconfig.v1.ConfigErrorR\x05error\x129\n" +
 	"\n" +
-	"written_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\xc7\x02\n" +
+	"written_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\x82\x03\n" +
 	"\aRecords\x129\n" +
 	"\bassigned\x18\x01 \x01(\v2\x1d.nodeconfig.v1.AssignedRecordR\bassigned\x123\n" +
 	"\x06active\x18\x02 \x01(\v2\x1b.nodeconfig.v1.SourceRecordR\x06active\x12C\n" +
 	"\x0flast_known_good\x18\x03 \x01(\v2\x1b.nodeconfig.v1.SourceRecordR\rlastKnownGood\x120\n" +
 	"\x05error\x18\x04 \x01(\v2\x1a.nodeconfig.v1.ErrorRecordR\x05error\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x129\n" +
-	"\bconsumer\x18\x06 \x01(\v2\x1d.nodeconfig.v1.ConsumerRecordR\bconsumer\"\xc5\x01\n" +
+	"\bconsumer\x18\x06 \x01(\v2\x1d.nodeconfig.v1.ConsumerRecordR\bconsumer\x129\n" +
+	"\n" +
+	"last_reset\x18\a \x01(\v2\x1a.nodeconfig.v1.ResetRecordR\tlastReset\"\x8d\x01\n" +
+	"\vResetRecord\x12/\n" +
+	"\x04from\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x04from\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12!\n" +
+	"\fsoak_seconds\x18\x03 \x01(\x03R\vsoakSeconds\"\xc5\x01\n" +
 	"\x0eConsumerRecord\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x122\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x1c.nodeconfig.v1.ConsumerPhaseR\x05phase\x120\n" +
@@ -859,7 +939,7 @@ func file_nodeconfig_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_nodeconfig_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(Validator)(0),                // 0: nodeconfig.v1.Validator
 	(ErrorPhase)(0),               // 1: nodeconfig.v1.ErrorPhase
@@ -870,35 +950,39 @@ var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(*SourceRecord)(nil),          // 6: nodeconfig.v1.SourceRecord
 	(*ErrorRecord)(nil),           // 7: nodeconfig.v1.ErrorRecord
 	(*Records)(nil),               // 8: nodeconfig.v1.Records
-	(*ConsumerRecord)(nil),        // 9: nodeconfig.v1.ConsumerRecord
-	(*NodeConfigStatus)(nil),      // 10: nodeconfig.v1.NodeConfigStatus
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*ResetRecord)(nil),           // 9: nodeconfig.v1.ResetRecord
+	(*ConsumerRecord)(nil),        // 10: nodeconfig.v1.ConsumerRecord
+	(*NodeConfigStatus)(nil),      // 11: nodeconfig.v1.NodeConfigStatus
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_nodeconfig_v1_types_proto_depIdxs = []int32{
 	1,  // 0: nodeconfig.v1.ConfigError.phase:type_name -> nodeconfig.v1.ErrorPhase
 	3,  // 1: nodeconfig.v1.AssignedRecord.source:type_name -> nodeconfig.v1.ConfigSource
 	0,  // 2: nodeconfig.v1.AssignedRecord.validator:type_name -> nodeconfig.v1.Validator
-	11, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
+	12, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
 	3,  // 4: nodeconfig.v1.SourceRecord.source:type_name -> nodeconfig.v1.ConfigSource
-	11, // 5: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
+	12, // 5: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: nodeconfig.v1.ErrorRecord.error:type_name -> nodeconfig.v1.ConfigError
-	11, // 7: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
+	12, // 7: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
 	5,  // 8: nodeconfig.v1.Records.assigned:type_name -> nodeconfig.v1.AssignedRecord
 	6,  // 9: nodeconfig.v1.Records.active:type_name -> nodeconfig.v1.SourceRecord
 	6,  // 10: nodeconfig.v1.Records.last_known_good:type_name -> nodeconfig.v1.SourceRecord
 	7,  // 11: nodeconfig.v1.Records.error:type_name -> nodeconfig.v1.ErrorRecord
-	9,  // 12: nodeconfig.v1.Records.consumer:type_name -> nodeconfig.v1.ConsumerRecord
-	3,  // 13: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
-	2,  // 14: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
-	11, // 15: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
-	3,  // 16: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 17: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 18: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	10, // 12: nodeconfig.v1.Records.consumer:type_name -> nodeconfig.v1.ConsumerRecord
+	9,  // 13: nodeconfig.v1.Records.last_reset:type_name -> nodeconfig.v1.ResetRecord
+	3,  // 14: nodeconfig.v1.ResetRecord.from:type_name -> nodeconfig.v1.ConfigSource
+	12, // 15: nodeconfig.v1.ResetRecord.at:type_name -> google.protobuf.Timestamp
+	3,  // 16: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	2,  // 17: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
+	12, // 18: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
+	3,  // 19: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 20: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 21: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_types_proto_init() }
@@ -912,7 +996,7 @@ func file_nodeconfig_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodeconfig_v1_types_proto_rawDesc), len(file_nodeconfig_v1_types_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

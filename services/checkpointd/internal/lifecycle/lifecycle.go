@@ -195,8 +195,8 @@ func (s *Service) SetAssigned(_ context.Context, req *nodeconfigv1.SetAssignedRe
 			return false, nil
 		}
 		r.Assigned = &nodeconfigv1.AssignedRecord{Source: src, SoakSeconds: soak, Validator: validator, WrittenAt: now}
-		// The error belonged to the previous assignment.
-		r.Error = nil
+		// The error (and the reset) belonged to what came before.
+		r.Error, r.LastReset = nil, nil
 		return true, nil
 	})
 	if err != nil {
@@ -422,7 +422,10 @@ func (s *Service) SetError(_ context.Context, req *nodeconfigv1.SetErrorRequest)
 // first, then the target file goes. A crash in between leaves records that
 // say "local default" and a file that the start's drift repair removes;
 // the other order would bring the old config back at start.
-func (s *Service) Reset(context.Context, *nodeconfigv1.ResetRequest) (*nodeconfigv1.ResetResponse, error) {
+func (s *Service) Reset(_ context.Context, req *nodeconfigv1.ResetRequest) (*nodeconfigv1.ResetResponse, error) {
+	if req.GetSoakSeconds() < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "soak_seconds %d: must not be negative", req.GetSoakSeconds())
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	recs, err := s.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
@@ -430,6 +433,11 @@ func (s *Service) Reset(context.Context, *nodeconfigv1.ResetRequest) (*nodeconfi
 			return false, nil
 		}
 		hadActive := r.Active != nil
+		from := r.GetAssigned().GetSource()
+		if from == nil {
+			from = r.GetActive().GetSource()
+		}
+		r.LastReset = &nodeconfigv1.ResetRecord{From: from, At: now, SoakSeconds: req.GetSoakSeconds()}
 		r.Assigned, r.Active, r.LastKnownGood, r.Error = nil, nil, nil, nil
 		if hadActive {
 			s.consumerStale(r, now)

@@ -265,7 +265,9 @@ func TestResetClearsEverythingAndRemovesTarget(t *testing.T) {
 	f := newFixture(t)
 	f.assign(t, "1", "a: 1\n")
 	f.promote(t, "1")
-	resp, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{})
+	_, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{SoakSeconds: -1})
+	wantCode(t, err, codes.InvalidArgument, "negative")
+	resp, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{SoakSeconds: 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,8 +275,21 @@ func TestResetClearsEverythingAndRemovesTarget(t *testing.T) {
 	if r.GetAssigned() != nil || r.GetActive() != nil || r.GetLastKnownGood() != nil || r.GetError() != nil {
 		t.Fatalf("records after reset: %v", r)
 	}
+	// The reset itself is on record, durably, to pace the next departures.
+	stored, err := f.store.Records()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr := stored.GetLastReset(); lr.GetFrom().GetResourceVersion() != "1" || lr.GetSoakSeconds() != 30 || lr.GetAt() == nil {
+		t.Fatalf("stored reset record %v; want from version 1, soak 30, a time", lr)
+	}
 	if _, ok := f.targetContent(t); ok {
 		t.Fatal("target still exists after reset")
+	}
+	// The next assignment starts a new story: the reset record goes.
+	f.assign(t, "2", "a: 2\n")
+	if stored, err = f.store.Records(); err != nil || stored.GetLastReset() != nil {
+		t.Fatalf("after a new assignment the reset record is %v (err %v); want none", stored.GetLastReset(), err)
 	}
 }
 

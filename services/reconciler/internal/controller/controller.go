@@ -86,6 +86,10 @@ type Controller struct {
 
 	mu    sync.Mutex
 	nodes map[string]*NodeInfo
+	// departing indexes the nodes by the NodeConfig they leave.
+	departing map[string]map[string]struct{}
+	// allSeen latches once every Node was synced since the start.
+	allSeen atomic.Bool
 
 	selMu      sync.Mutex
 	selections map[selectorKey]*selection
@@ -108,6 +112,9 @@ type NodeInfo struct {
 	NextReconcile time.Time
 	// Admitted marks a node pacing let start a trial that has not ended.
 	Admitted bool
+	// DepartingFrom names the NodeConfig the node is leaving: its reset
+	// waits for, or holds, a place in that NodeConfig's trial.
+	DepartingFrom string
 	// Generations holds, per live NodeConfig selecting the node, the
 	// generation its last sync was computed for: a NodeConfig's status
 	// observes a generation only once all its nodes were synced at it.
@@ -142,6 +149,7 @@ func New(o Options) *Controller {
 		ncQ:        workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
 		metrics:    o.Metrics,
 		nodes:      map[string]*NodeInfo{},
+		departing:  map[string]map[string]struct{}{},
 		selections: map[selectorKey]*selection{},
 	}
 }

@@ -284,12 +284,13 @@ func (a *fakeAgent) SetError(_ context.Context, r *nodeconfigv1.SetErrorRequest,
 	return &nodeconfigv1.SetErrorResponse{Records: proto.Clone(a.recs).(*nodeconfigv1.Records)}, nil
 }
 
-func (a *fakeAgent) Reset(context.Context, *nodeconfigv1.ResetRequest, ...grpc.CallOption) (*nodeconfigv1.ResetResponse, error) {
+func (a *fakeAgent) Reset(_ context.Context, r *nodeconfigv1.ResetRequest, _ ...grpc.CallOption) (*nodeconfigv1.ResetResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.call("Reset")
-	a.recs = &nodeconfigv1.Records{}
-	return &nodeconfigv1.ResetResponse{Records: &nodeconfigv1.Records{}}, nil
+	from := a.recs.GetAssigned().GetSource()
+	a.recs = &nodeconfigv1.Records{LastReset: &nodeconfigv1.ResetRecord{From: from, At: a.ts(), SoakSeconds: r.GetSoakSeconds()}}
+	return &nodeconfigv1.ResetResponse{Records: proto.Clone(a.recs).(*nodeconfigv1.Records)}, nil
 }
 
 func (a *fakeAgent) RepairDrift(context.Context, *nodeconfigv1.RepairDriftRequest, ...grpc.CallOption) (*nodeconfigv1.RepairDriftResponse, error) {

@@ -101,6 +101,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		if node.Annotations[v1alpha1.AnnotationAbandoned] != "" {
 			d.Mode = policy.ModeLeave
 		}
+		d.Depart = c.departFor(name)
 	}
 
 	agent, release, err := c.o.Agents.For(name)
@@ -135,10 +136,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 // missing ConfigMap or key is an early error that heals when it appears.
 func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) policy.Desired {
 	ref := nc.Spec.Source.ConfigMap
-	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: nc.Spec.SoakSeconds, CheckDrift: true}
-	if d.SoakSeconds == 0 {
-		d.SoakSeconds = 600
-	}
+	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: soakSeconds(nc), CheckDrift: true}
 	// The cache only: the ConfigMap's add event wakes the nodes when it
 	// appears, so a retry never costs the API server a GET.
 	cm, err := c.o.ConfigMaps.ConfigMaps(ref.Namespace).Get(ref.Name)
@@ -163,16 +161,23 @@ func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) poli
 // never both take the last place in the trial.
 func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func() policy.Admission {
 	return func() policy.Admission {
+		seen := c.everyNodeSeen(node)
 		selected := c.selectedNodes(nc)
-		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		// Nodes leaving nc share its trial (see depart.go).
+		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected)+len(c.departing[nc.Name]))
 		// Counted before the wait for unseen nodes: a halt is durable and
 		// holds whatever the nodes not seen yet say.
 		if pacing.Halted(len(c.rolledBackLocked(nc, v, selected)), pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)) {
 			return policy.Halted
 		}
-		inTrial := 0
+		if !seen {
+			// A node not synced since this reconciler started may be soaking
+			// a reset that left nc.
+			return policy.Wait
+		}
+		inTrial := c.departuresInTrialLocked(nc.Name, node)
 		for _, name := range selected {
 			n := c.nodes[name]
 			if n == nil {
@@ -227,6 +232,10 @@ func (c *Controller) selectedNodes(nc *v1alpha1.NodeConfig) []string {
 // record stores the sync's outcome and returns when to look again; after
 // an early error, that is the rate limiter's next delay.
 func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res policy.Result, selectedBy []*v1alpha1.NodeConfig) time.Duration {
+	var leaving *v1alpha1.NodeConfig
+	if nc == nil && res.Records.ResetSoaking(c.o.Now()) {
+		leaving = c.nodeConfigUsing(res.Records.GetLastReset().GetFrom())
+	}
 	c.mu.Lock()
 	info := c.infoLocked(node.Name)
 	prevState, prevNC := info.State, info.NodeConfig
@@ -279,7 +288,12 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 		}
 	}
 	changed := prevState != info.State || prevNC != info.NodeConfig
+	freed := c.departureAfterSyncLocked(info, nc, leaving)
 	c.mu.Unlock()
+
+	if freed != "" {
+		c.wakeWaiting(freed)
+	}
 
 	if newGeneration {
 		// The NodeConfigs may now observe their generation.
@@ -306,7 +320,7 @@ func (c *Controller) wakeWaiting(ncName string) {
 	c.mu.Lock()
 	var waiting []string
 	for name, n := range c.nodes {
-		if n.NodeConfig == ncName && n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING {
+		if (n.NodeConfig == ncName || n.DepartingFrom == ncName) && n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING {
 			waiting = append(waiting, name)
 		}
 	}
@@ -328,6 +342,11 @@ func (c *Controller) infoLocked(name string) *NodeInfo {
 func (c *Controller) forgetNode(name string) {
 	c.mu.Lock()
 	info := c.nodes[name]
+	var departed string
+	if info != nil {
+		departed = info.DepartingFrom
+		c.departLocked(name, "")
+	}
 	delete(c.nodes, name)
 	c.mu.Unlock()
 	c.nodeQ.Forget(name)
@@ -335,6 +354,9 @@ func (c *Controller) forgetNode(name string) {
 	if info != nil && info.NodeConfig != "" {
 		c.ncQ.Add(info.NodeConfig)
 		c.wakeWaiting(info.NodeConfig)
+	}
+	if departed != "" {
+		c.wakeWaiting(departed)
 	}
 }
 

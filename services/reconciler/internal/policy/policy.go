@@ -63,6 +63,10 @@ type Desired struct {
 	// CheckDrift asks checkpointd to compare the target file with the
 	// active config (periodic reconciles).
 	CheckDrift bool
+	// Depart paces a reset (ModeReset) of a node that leaves the config
+	// `from`: whether it may start now, and how long it soaks. Nil resets at
+	// once without a soak.
+	Depart func(from *nodeconfigv1.ConfigSource) (Admission, int64)
 }
 
 // Admission is fleet pacing's answer.
@@ -104,7 +108,7 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 	}
 	recs := recsResp.GetRecords()
 	if d.Mode == ModeReset {
-		return reset(ctx, agent, recs)
+		return reset(ctx, agent, recs, d, now)
 	}
 	// The soak is the node's own fact: a config that stayed active through
 	// it is promoted whatever became of its source since — the ConfigMap
@@ -162,18 +166,46 @@ func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, re
 	return startTrial(ctx, agent, recs, d, now)
 }
 
-func reset(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records) Result {
+func reset(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, d Desired, now time.Time) Result {
 	if recs.GetAssigned() == nil && recs.GetActive() == nil && recs.GetLastKnownGood() == nil && recs.GetError() == nil {
-		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT, Records: recs}
+		return resetSoak(Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT, Records: recs}, now)
 	}
-	resp, err := agent.Reset(ctx, &nodeconfigv1.ResetRequest{})
+	var soak int64
+	from := recs.GetAssigned().GetSource()
+	if from == nil {
+		from = recs.GetActive().GetSource()
+	}
+	if from != nil && d.Depart != nil {
+		var admission Admission
+		if admission, soak = d.Depart(from); admission != Admitted {
+			// Leaving a config is a change like any other: it waits for a
+			// place in the trial of the NodeConfig it leaves.
+			return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING, Records: recs}
+		}
+	}
+	resp, err := agent.Reset(ctx, &nodeconfigv1.ResetRequest{SoakSeconds: soak})
 	if err != nil {
 		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Records: recs, Err: fmt.Errorf("reset: %w", err)}
 	}
-	return Result{
+	return resetSoak(Result{
 		State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT, Records: resp.GetRecords(),
-		Events: []Event{{Reason: EventAssigned, Message: "no config assigned: reset to the local default (assigned, active and last-known-good cleared)"}},
+		Events: []Event{{Reason: EventAssigned, Message: fmt.Sprintf("no config assigned: reset to the local default (assigned, active and last-known-good cleared; soak %ds)", soak)}},
+	}, now)
+}
+
+// resetSoak looks again at a reset node when its reset's soak ends, so that
+// the departures waiting behind it are admitted then.
+func resetSoak(res Result, now time.Time) Result {
+	if !res.Records.ResetSoaking(now) {
+		return res
 	}
+	if end := res.Records.ResetSoakEnd(); end.IsZero() {
+		// The consumer is not healthy on the local default yet.
+		res.RequeueAfter = ConsumerPoll
+	} else {
+		res.RequeueAfter = max(end.Sub(now), time.Millisecond)
+	}
+	return res
 }
 
 // earlyError records the error on the node (so its status says why) and

@@ -1,0 +1,156 @@
+package controller
+
+import (
+	"sort"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/pacing"
+	"nodeconfig.io/services/reconciler/internal/policy"
+)
+
+// A node that no NodeConfig selects any more returns to its local default.
+// One selector edit can make a whole fleet leave at once, so the reset is
+// paced like any other change: it takes a place in the trial of the
+// NodeConfig whose config the node leaves and holds it for that
+// NodeConfig's soak, counted from the reset's record on the node itself, so
+// that a new leader paces the same way.
+
+// departFor paces the reset of one node.
+func (c *Controller) departFor(node string) func(from *nodeconfigv1.ConfigSource) (policy.Admission, int64) {
+	return func(from *nodeconfigv1.ConfigSource) (policy.Admission, int64) {
+		nc := c.nodeConfigUsing(from)
+		if nc == nil {
+			// No NodeConfig uses that config any more (deleted, or pointed
+			// elsewhere): nothing to pace by.
+			return policy.Admitted, 0
+		}
+		soak := soakSeconds(nc)
+		seen := c.everyNodeSeen(node)
+		selected := c.selectedNodes(nc)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.departLocked(node, nc.Name)
+		if !seen {
+			// A node not synced since this reconciler started may be soaking
+			// its own reset.
+			return policy.Wait, soak
+		}
+		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected)+len(c.departing[nc.Name]))
+		inTrial := c.departuresInTrialLocked(nc.Name, node)
+		for _, name := range selected {
+			if n := c.nodes[name]; n != nil && name != node && (n.Admitted || n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING) {
+				inTrial++
+			}
+		}
+		if inTrial >= limit {
+			return policy.Wait, soak
+		}
+		c.infoLocked(node).Admitted = true
+		return policy.Admitted, soak
+	}
+}
+
+// departuresInTrialLocked counts the nodes leaving ncName whose reset is
+// admitted or still soaking, except one.
+func (c *Controller) departuresInTrialLocked(ncName, except string) int {
+	now := c.o.Now()
+	n := 0
+	for name := range c.departing[ncName] {
+		if info := c.nodes[name]; info != nil && name != except && (info.Admitted || info.Records.ResetSoaking(now)) {
+			n++
+		}
+	}
+	return n
+}
+
+// departLocked marks node as leaving ncName ("" for none).
+func (c *Controller) departLocked(node, ncName string) {
+	info := c.infoLocked(node)
+	if info.DepartingFrom == ncName {
+		return
+	}
+	if prev := c.departing[info.DepartingFrom]; prev != nil {
+		delete(prev, node)
+		if len(prev) == 0 {
+			delete(c.departing, info.DepartingFrom)
+		}
+	}
+	info.DepartingFrom = ncName
+	if ncName != "" {
+		if c.departing[ncName] == nil {
+			c.departing[ncName] = map[string]struct{}{}
+		}
+		c.departing[ncName][node] = struct{}{}
+	}
+}
+
+// departureAfterSync keeps a node's departure mark in step with its
+// records: set while its reset soaks (also after a fail-over), cleared when
+// it is selected again or its reset's soak ended. It returns the NodeConfig
+// whose waiting nodes may now start.
+func (c *Controller) departureAfterSyncLocked(info *NodeInfo, selectedBy *v1alpha1.NodeConfig, leaving *v1alpha1.NodeConfig) (freed string) {
+	switch {
+	case selectedBy != nil:
+		c.departLocked(info.Name, "")
+	case info.Records.ResetSoaking(c.o.Now()) && leaving != nil:
+		c.departLocked(info.Name, leaving.Name)
+	case info.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING && info.DepartingFrom != "":
+		freed = info.DepartingFrom
+		c.departLocked(info.Name, "")
+	}
+	return freed
+}
+
+// nodeConfigUsing finds the live NodeConfig whose source is the ConfigMap
+// key src came from (the first by name if several).
+func (c *Controller) nodeConfigUsing(src *nodeconfigv1.ConfigSource) *v1alpha1.NodeConfig {
+	if src == nil {
+		return nil
+	}
+	ncs, err := c.nodeConfigs()
+	if err != nil {
+		return nil
+	}
+	sort.Slice(ncs, func(i, j int) bool { return ncs[i].Name < ncs[j].Name })
+	for _, nc := range ncs {
+		ref := nc.Spec.Source
+		if nc.DeletionTimestamp == nil && ref != nil && ref.ConfigMap != nil &&
+			ref.ConfigMap.Namespace == src.GetNamespace() && ref.ConfigMap.Name == src.GetName() && ref.ConfigMap.Key == src.GetKey() {
+			return nc
+		}
+	}
+	return nil
+}
+
+// everyNodeSeen reports whether every Node but the one syncing was synced
+// at least once since this reconciler started; once true it stays true, as
+// a Node that joins later has no reset of ours to soak.
+func (c *Controller) everyNodeSeen(syncing string) bool {
+	if c.allSeen.Load() {
+		return true
+	}
+	nodes, err := c.o.Nodes.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range nodes {
+		if _, ok := c.nodes[n.Name]; !ok && n.Name != syncing {
+			return false
+		}
+	}
+	c.allSeen.Store(true)
+	return true
+}
+
+// soakSeconds is nc's soak, defaulted.
+func soakSeconds(nc *v1alpha1.NodeConfig) int64 {
+	if nc.Spec.SoakSeconds == 0 {
+		return 600
+	}
+	return nc.Spec.SoakSeconds
+}
