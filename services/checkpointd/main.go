@@ -46,6 +46,9 @@ func run() error {
 			return fmt.Errorf("kubernetes client config for --auth=token: %w", err)
 		}
 		restCfg.UserAgent = "nodeconfig-checkpointd"
+		// Its own budget and deadline: reviews are already capped by the
+		// guard, and a slow API server must not hold calls open.
+		restCfg.QPS, restCfg.Burst, restCfg.Timeout = 10, 20, 10*time.Second
 		client, err := authenticationv1client.NewForConfig(restCfg)
 		if err != nil {
 			return err

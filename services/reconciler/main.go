@@ -37,6 +37,11 @@ import (
 
 func main() { servekit.Main(run) }
 
+// maxTokenNodes bounds the per-node agent tokens kept (about 1 KiB each):
+// above the largest fleet measured, so a sync never waits on a new token
+// for want of room.
+const maxTokenNodes = 1 << 15
+
 type agentAddresses map[string]string
 
 func (a agentAddresses) String() string { return fmt.Sprint(map[string]string(a)) }
@@ -73,7 +78,8 @@ func run() error {
 	agentPort := fs.Int("agent-port", 7601, "checkpointd's gRPC port in the agent pods")
 	agentCA := fs.String("agent-ca-file", "", "CA (PEM) of the agents' serving certificates; set, agent calls use TLS")
 	agentServerName := fs.String("agent-tls-server-name", "nodeconfig-agent.nodeconfig-system.svc", "name the agents' certificate is checked against")
-	agentToken := fs.String("agent-token-file", "", "ServiceAccount token (audience nodeconfig-agent) sent on every agent call; reread as it rotates")
+	agentAudience := fs.String("agent-token-audience", "", "audience of the token sent to each agent, with {node} in it (e.g. nodeconfig-agent/{node}): each node's token is refused by every other node; empty sends none")
+	agentAccount := fs.String("agent-token-service-account", "", "NAMESPACE/NAME of the ServiceAccount whose tokens the reconciler requests for the agents (its own)")
 	nodeEvents := fs.String("node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
 	maxConns := fs.Int("agent-max-connections", 256, "most agent connections kept open (least recently used closed first)")
 	workers := fs.Int("workers", 16, "concurrent node syncs (each mostly waits on its agent, so more than the cores)")
@@ -110,7 +116,17 @@ func run() error {
 	if *nodeEvents != "warnings" && *nodeEvents != "all" {
 		return fmt.Errorf("--node-events %q: want warnings or all", *nodeEvents)
 	}
-	agentDial, err := agents.Credentials(*agentCA, *agentServerName, *agentToken)
+	var agentTokens *agents.NodeTokens
+	if *agentAudience != "" {
+		ns, name, ok := strings.Cut(*agentAccount, "/")
+		if !ok || ns == "" || name == "" {
+			return fmt.Errorf("--agent-token-service-account %q: want NAMESPACE/NAME (needed with --agent-token-audience)", *agentAccount)
+		}
+		if agentTokens, err = agents.NewNodeTokens(kube.CoreV1().ServiceAccounts(ns), name, *agentAudience, maxTokenNodes); err != nil {
+			return fmt.Errorf("--agent-token-audience: %w", err)
+		}
+	}
+	agentDial, err := agents.Credentials(*agentCA, *agentServerName, *agentAudience != "")
 	if err != nil {
 		return err
 	}
@@ -144,7 +160,7 @@ func run() error {
 		ncs := dynFactory.ForResource(v1alpha1.GroupVersionResource)
 		synced := []cache.InformerSynced{nodes.Informer().HasSynced, cms.Informer().HasSynced, ncs.Informer().HasSynced}
 
-		pool := agents.Options{Static: static, SocketTemplate: *socketTemplate, Port: *agentPort, DialOptions: agentDial, MaxConnections: *maxConns}
+		pool := agents.Options{Static: static, SocketTemplate: *socketTemplate, Port: *agentPort, DialOptions: agentDial, MaxConnections: *maxConns, Tokens: agentTokens}
 		var podFactory informers.SharedInformerFactory
 		var podInformer cache.SharedIndexInformer
 		if len(static) == 0 && *socketTemplate == "" {

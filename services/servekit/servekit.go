@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -37,6 +38,17 @@ import (
 // MaxMessageBytes bounds every gRPC message: a ConfigMap is at most 1 MiB,
 // so 4 MiB leaves room for framing and refuses anything absurd early.
 const MaxMessageBytes = 4 << 20
+
+// The TCP port serves one reconciler: a few connections with a few streams
+// each. The bounds keep memory below the agent's limit whoever connects
+// (the NetworkPolicy keeps other callers out where the network enforces it);
+// a connection that does not finish its handshake in time is dropped, so
+// idle ones cannot hold every place.
+const (
+	maxTCPConns       = 128
+	maxStreamsPerConn = 32
+	handshakeTimeout  = 10 * time.Second
+)
 
 // Flags are the listening flags every service has.
 type Flags struct {
@@ -167,11 +179,13 @@ func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) (*Server, er
 		guard = authn.New(flags.TokenReviews, flags.Audience, flags.Allowed, registry)
 	}
 	opts := append([]grpc.ServerOption{
+		grpc.InTapHandle(guard.Tap()),
 		grpc.ChainUnaryInterceptor(guard.Unary()),
 		grpc.ChainStreamInterceptor(guard.Stream()),
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
-		grpc.MaxConcurrentStreams(256),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
+		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 	}, extra...)
 	s := &Server{
@@ -205,6 +219,9 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 		if err != nil {
 			return fmt.Errorf("listen on --listen %s: %w", s.flags.Listen, err)
 		}
+		// Streams (health watches included) cost memory before any
+		// authentication: bound the connections as well as their streams.
+		l = netutil.LimitListener(l, maxTCPConns)
 		if s.flags.TLSCertFile != "" {
 			certs, err := watchKeyPair(s.flags.TLSCertFile, s.flags.TLSKeyFile)
 			if err != nil {

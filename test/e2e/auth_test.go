@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,9 +28,13 @@ import (
 )
 
 const (
-	agentAudience = "nodeconfig-agent"
+	// agentAudience names the node: a token's reach is one node.
+	agentAudience = "nodeconfig-agent/{node}"
 	reconcilerSA  = "nodeconfig-reconciler"
 )
+
+// audienceOf is the audience of one node's agent.
+func audienceOf(node string) string { return strings.ReplaceAll(agentAudience, "{node}", node) }
 
 // secureEnv is one node whose checkpointd and statusd serve TCP with TLS
 // and --auth=token, verifying tokens with the shared API server's
@@ -41,7 +44,9 @@ type secureEnv struct {
 	tls cluster.AgentTLS
 }
 
-func newSecureEnv(t *testing.T) *secureEnv {
+func newSecureEnv(t *testing.T) *secureEnv { return newSecureNodes(t, 1) }
+
+func newSecureNodes(t *testing.T, n int) *secureEnv {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "nc-tls-")
 	if err != nil {
@@ -52,8 +57,8 @@ func newSecureEnv(t *testing.T) *secureEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth := []string{"--auth=token", "--tls-cert-file", agentTLS.CertFile, "--tls-key-file", agentTLS.KeyFile}
-	e := newNodes(t, 1, func(int) sim.NodeOptions {
+	auth := []string{"--auth=token", "--auth-audience", agentAudience, "--tls-cert-file", agentTLS.CertFile, "--tls-key-file", agentTLS.KeyFile}
+	e := newNodes(t, n, func(int) sim.NodeOptions {
 		return sim.NodeOptions{
 			CheckpointdArgs: append([]string{"--kubeconfig", cluster.Shared.Kubeconfig}, auth...),
 			StatusdArgs:     auth,
@@ -152,8 +157,10 @@ func TestAgentRPCsRefuseUnauthenticatedAndWrongIdentityCallers(t *testing.T) {
 		{"no token", "", codes.Unauthenticated},
 		{"garbage token", "not-a-jwt", codes.Unauthenticated},
 		{"reconciler token for the API server's audience", e.token(reconcilerSA), codes.Unauthenticated},
-		{"another ServiceAccount's agent token", e.token("intruder", agentAudience), codes.PermissionDenied},
-		{"the reconciler's agent token", e.token(reconcilerSA, agentAudience), codes.OK},
+		{"another ServiceAccount's agent token", e.token("intruder", audienceOf(node.Name)), codes.PermissionDenied},
+		{"the reconciler's token for another node", e.token(reconcilerSA, audienceOf("some-other-node")), codes.Unauthenticated},
+		{"the reconciler's token for the shared audience of old", e.token(reconcilerSA, "nodeconfig-agent"), codes.Unauthenticated},
+		{"the reconciler's agent token", e.token(reconcilerSA, audienceOf(node.Name)), codes.OK},
 	}
 	services := []struct {
 		addr, socket string
@@ -199,19 +206,20 @@ func TestAgentRPCsRefuseUnauthenticatedAndWrongIdentityCallers(t *testing.T) {
 	t.Logf("%d protected calls checked", tried)
 }
 
-// A reconciler with the agent CA and its projected-style token file drives
-// a node that requires TLS and TokenReview all the way to promotion; the
-// same reconciler with another ServiceAccount's token gets nowhere.
+// A reconciler with the agent CA and per-node tokens of its own
+// ServiceAccount drives two nodes that require TLS and TokenReview all the
+// way to promotion; the same reconciler requesting another ServiceAccount's
+// tokens gets nowhere. A token the reconciler sent to node A is refused by
+// node B.
 func TestReconcilerDrivesAuthenticatedAgentOverTLS(t *testing.T) {
-	e := newSecureEnv(t)
-	node := e.nodes[0]
-	tokenFile := filepath.Join(e.root, "agent-token")
-	if err := os.WriteFile(tokenFile, []byte(e.token("intruder", agentAudience)), 0o600); err != nil {
-		t.Fatal(err)
+	e := newSecureNodes(t, 2)
+	a, b := e.nodes[0], e.nodes[1]
+	args := func(sa string) []string {
+		return []string{"--agent-address", a.Name + "=" + a.CheckpointdAddr, "--agent-address", b.Name + "=" + b.CheckpointdAddr,
+			"--agent-ca-file", e.tls.CAFile, "--agent-tls-server-name", e.tls.ServerName,
+			"--agent-token-audience", agentAudience, "--agent-token-service-account", "nodeconfig-system/" + sa}
 	}
-	args := []string{"--agent-address", node.Name + "=" + node.CheckpointdAddr,
-		"--agent-ca-file", e.tls.CAFile, "--agent-token-file", tokenFile}
-	e.startReconciler("r0", args...)
+	e.startReconciler("r0", args("intruder")...)
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
 	e.nodeConfig(e.label, map[string]any{
 		"source":      map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}},
@@ -219,22 +227,34 @@ func TestReconcilerDrivesAuthenticatedAgentOverTLS(t *testing.T) {
 	}, nil)
 	var last *nodeconfigv1.NodeState
 	if err := proc.WaitFor(20*time.Second, func() (bool, error) {
-		last = e.nodeState(node.Name)
+		last = e.nodeState(a.Name)
 		return strings.Contains(last.GetError(), "PermissionDenied") && last.GetFailures() >= 2, nil
 	}); err != nil {
 		t.Fatalf("the reconciler with another identity should be refused: %v; last state %v", err, last)
 	}
-	if _, ok := node.Target(); ok {
-		t.Fatal("a reconciler with the wrong identity got a config written")
+	for _, n := range e.nodes {
+		if _, ok := n.Target(); ok {
+			t.Fatalf("a reconciler with the wrong identity got a config written on %s", n.Name)
+		}
 	}
 	e.reconciler.Close()
 	e.reconciler = nil
 
-	if err := os.WriteFile(tokenFile, []byte(e.token(reconcilerSA, agentAudience)), 0o600); err != nil {
-		t.Fatal(err)
+	e.startReconciler("r1", args(reconcilerSA)...)
+	for _, n := range e.nodes {
+		e.waitNode(n.Name, 30*time.Second, "promoted over TLS", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+			return rv(st.LastKnownGood) == cm.ResourceVersion && reasonIs(c, "Active")
+		})
 	}
-	e.startReconciler("r1", args...)
-	e.waitNode(node.Name, 30*time.Second, "promoted over TLS", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
-		return rv(st.LastKnownGood) == cm.ResourceVersion && reasonIs(c, "Active")
-	})
+
+	// What the reconciler presents to A (a token of its own ServiceAccount
+	// for A's audience, as a capture on node A would yield) opens A only.
+	forA := e.token(reconcilerSA, audienceOf(a.Name))
+	method := "/nodeconfig.v1.CheckpointService/GetRecords"
+	if got := call(e.ctx, e.dialTLS(a.CheckpointdAddr), method, false, forA); got != codes.OK {
+		t.Fatalf("node A refused its own token: %v", got)
+	}
+	if got := call(e.ctx, e.dialTLS(b.CheckpointdAddr), method, false, forA); got != codes.Unauthenticated {
+		t.Fatalf("node B answered node A's token with %v, want Unauthenticated", got)
+	}
 }

@@ -151,7 +151,9 @@ func TestServicesRefuseInsecureListenFlags(t *testing.T) {
 		{"statusd", []string{"--listen", "[::]:0", "--node-name", "n"}, "reachable from other hosts"},
 		{"checkpointd", []string{"--listen", "127.0.0.1:0", "--auth=token", "--kubeconfig", cluster.Shared.Kubeconfig}, "needs --tls-cert-file"},
 		{"checkpointd", []string{"--auth=maybe"}, `--auth "maybe"`},
-		{"reconciler", []string{"--agent-token-file", "/dev/null"}, "needs --agent-ca-file"},
+		{"reconciler", []string{"--agent-token-audience", "nodeconfig-agent/{node}", "--agent-token-service-account", "ns/r"}, "need --agent-ca-file"},
+		{"reconciler", []string{"--agent-ca-file", "/dev/null", "--agent-token-audience", "nodeconfig-agent", "--agent-token-service-account", "ns/r"}, "must contain {node}"},
+		{"reconciler", []string{"--agent-token-audience", "nodeconfig-agent/{node}"}, "want NAMESPACE/NAME"},
 	} {
 		bin, err := proc.Binary(tc.service)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,7 +64,16 @@ func StartNode(ctx context.Context, c *cluster.Cluster, root, name string, label
 
 // StartNodeWith is StartNode with every option.
 func StartNodeWith(ctx context.Context, c *cluster.Cluster, root, name string, o NodeOptions) (*Node, error) {
-	labels, statusdArgs := o.Labels, o.StatusdArgs
+	// "{node}" in an argument is the node's name, as $(NODE_NAME) is in the
+	// DaemonSet.
+	expand := func(args []string) []string {
+		out := make([]string, len(args))
+		for i, a := range args {
+			out[i] = strings.ReplaceAll(a, "{node}", name)
+		}
+		return out
+	}
+	labels, statusdArgs := o.Labels, expand(o.StatusdArgs)
 	dir := filepath.Join(root, "nodes", name)
 	n := &Node{
 		Name: name, Dir: dir, TargetDir: filepath.Join(dir, "target"),
@@ -104,7 +114,7 @@ func StartNodeWith(ctx context.Context, c *cluster.Cluster, root, name string, o
 	n.Checkpointd, err = proc.Start(name+"/checkpointd", ckBin, append([]string{
 		"--listen", n.CheckpointdAddr, "--socket", n.Socket, "--metrics-addr", "",
 		"--state-dir", filepath.Join(dir, "state"), "--target-dir", n.TargetDir, "--target-file", TargetFile,
-	}, o.CheckpointdArgs...), filepath.Join(dir, "checkpointd.log"))
+	}, expand(o.CheckpointdArgs)...), filepath.Join(dir, "checkpointd.log"))
 	if err != nil {
 		return nil, err
 	}

@@ -1,9 +1,17 @@
 // Package authn decides who may call a nodeconfig service. Callers on the
 // unix socket are trusted: the socket is 0600, so only the node's root (the
 // other container of the agent pod) reaches it. Callers over TCP must send
-// a Kubernetes ServiceAccount token minted for the service's audience; the
-// API server's TokenReview says whose it is, and only the allowed identities
-// get through. gRPC health stays open so the kubelet's probes work.
+// a Kubernetes ServiceAccount token minted for the service's audience (for
+// an agent, one that names its node); the API server's TokenReview says
+// whose it is, and only the allowed identities get through. gRPC health
+// stays open so the kubelet's probes work.
+//
+// A call is judged twice. Before its body is read (the tap), from its
+// headers alone: no token, a token that is not a JWT for our audience or is
+// expired, a token already refused, or a new token beyond the review budget
+// is refused there, so garbage costs neither memory nor a TokenReview. Then
+// the interceptor reviews the token (one review per token at a time,
+// cached until it expires, at most a minute).
 package authn
 
 import (
@@ -14,12 +22,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
@@ -27,12 +40,21 @@ import (
 )
 
 // Reviews are cached so that a rollout's dozen calls cost one TokenReview;
-// failures briefly, so a fixed token is accepted soon after.
+// failures briefly, so a fixed token is accepted soon after. New tokens
+// are reviewed at most reviewRate per second (reviewBurst at once): a
+// caller holding many tokens cannot turn the agent into a TokenReview
+// amplifier or starve the reviews of the reconciler's own token.
 const (
-	acceptedTTL = time.Minute
-	rejectedTTL = 10 * time.Second
-	cacheSize   = 1024
+	acceptedTTL   = time.Minute
+	rejectedTTL   = 10 * time.Second
+	cacheSize     = 1024
+	reviewRate    = 5
+	reviewBurst   = 10
+	reviewTimeout = 5 * time.Second
 )
+
+// tokenAlgorithms are the signatures Kubernetes ServiceAccount tokens use.
+var tokenAlgorithms = []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512, jose.ES256, jose.ES384, jose.ES512, jose.PS256, jose.PS384, jose.PS512, jose.EdDSA}
 
 // Guard checks every call. A nil *Guard lets everything through.
 type Guard struct {
@@ -40,7 +62,11 @@ type Guard struct {
 	audience string
 	allowed  []string
 	cache    *cache.LRUExpireCache
+	inflight singleflight.Group
+	budget   *rate.Limiter
+	now      func() time.Time
 	denied   *prometheus.CounterVec
+	reviewed prometheus.Counter
 }
 
 // New builds a guard that accepts tokens for audience whose user is one of
@@ -50,16 +76,51 @@ func New(reviews authenticationv1client.TokenReviewInterface, audience string, a
 		reviews:  reviews,
 		audience: audience,
 		allowed:  allowed,
-		cache:    cache.NewLRUExpireCache(cacheSize),
+		budget:   rate.NewLimiter(reviewRate, reviewBurst),
+		now:      time.Now,
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeconfig_grpc_calls_refused_total",
-			Help: "gRPC calls refused by authentication (Unauthenticated) or authorization (PermissionDenied).",
+			Help: "gRPC calls refused by authentication (Unauthenticated), authorization (PermissionDenied) or the review budget (ResourceExhausted).",
 		}, []string{"code"}),
+		reviewed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeconfig_token_reviews_total",
+			Help: "TokenReviews sent to the API server to verify callers.",
+		}),
 	}
+	g.cache = cache.NewLRUExpireCacheWithClock(cacheSize, clockFunc(func() time.Time { return g.now() }))
 	if reg != nil {
-		reg.MustRegister(g.denied)
+		reg.MustRegister(g.denied, g.reviewed)
 	}
 	return g
+}
+
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
+
+// Tap is the server's InTapHandle: it refuses, from the headers alone,
+// calls that could never pass, before gRPC reads their body. It never
+// blocks (it runs on the connection's reader).
+func (g *Guard) Tap() tap.ServerInHandle {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if g.trusted(ctx, info.FullMethodName) {
+			return ctx, nil
+		}
+		token := bearer(info.Header)
+		if token == "" {
+			return ctx, g.refuse(codes.Unauthenticated, "%s needs a bearer token: a ServiceAccount token with audience %q", info.FullMethodName, g.audience)
+		}
+		if _, refusal := g.claims(token); refusal != "" {
+			return ctx, g.refuse(codes.Unauthenticated, "token refused for audience %q: %s", g.audience, refusal)
+		}
+		if v, ok := g.cache.Get(sha256.Sum256([]byte(token))); ok {
+			return ctx, g.decide(v.(review), info.FullMethodName)
+		}
+		if !g.budget.Allow() {
+			return ctx, g.refuse(codes.ResourceExhausted, "too many new tokens to verify; retry later")
+		}
+		return ctx, nil
+	}
 }
 
 // Unary is the unary server interceptor.
@@ -87,14 +148,21 @@ type review struct {
 	refusal string // empty when the token is good for our audience
 }
 
-func (g *Guard) check(ctx context.Context, method string) error {
+// trusted: no guard, a health call, or the node-local unix socket.
+func (g *Guard) trusted(ctx context.Context, method string) bool {
 	if g == nil || strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+		return true
+	}
+	p, ok := peer.FromContext(ctx)
+	return ok && p.Addr != nil && p.Addr.Network() == "unix"
+}
+
+func (g *Guard) check(ctx context.Context, method string) error {
+	if g.trusted(ctx, method) {
 		return nil
 	}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil && p.Addr.Network() == "unix" {
-		return nil
-	}
-	token := bearer(ctx)
+	md, _ := metadata.FromIncomingContext(ctx)
+	token := bearer(md)
 	if token == "" {
 		return g.refuse(codes.Unauthenticated, "%s needs a bearer token: a ServiceAccount token with audience %q", method, g.audience)
 	}
@@ -103,11 +171,17 @@ func (g *Guard) check(ctx context.Context, method string) error {
 		// Not the caller's fault and not cached: the next call asks again.
 		return status.Errorf(codes.Unavailable, "cannot verify the caller's token: %v", err)
 	}
+	return g.decide(r, method)
+}
+
+// decide turns a review into the call's answer. The refusal does not list
+// who would be allowed: a caller learns nothing it could aim for.
+func (g *Guard) decide(r review, method string) error {
 	if r.refusal != "" {
 		return g.refuse(codes.Unauthenticated, "token refused for audience %q: %s", g.audience, r.refusal)
 	}
 	if !slices.Contains(g.allowed, r.user) {
-		return g.refuse(codes.PermissionDenied, "%s may not call %s (allowed: %s)", r.user, method, strings.Join(g.allowed, ", "))
+		return g.refuse(codes.PermissionDenied, "%s may not call %s", r.user, method)
 	}
 	return nil
 }
@@ -117,8 +191,7 @@ func (g *Guard) refuse(code codes.Code, format string, args ...any) error {
 	return status.Errorf(code, format, args...)
 }
 
-func bearer(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
+func bearer(md metadata.MD) string {
 	for _, v := range md.Get("authorization") {
 		if t, ok := strings.CutPrefix(v, "Bearer "); ok && t != "" {
 			return t
@@ -127,35 +200,79 @@ func bearer(ctx context.Context) string {
 	return ""
 }
 
+// claims reads a token's claims without verifying its signature (the
+// TokenReview does that) and says why it can never pass here: not a JWT,
+// not for our audience, expired or not yet valid.
+func (g *Guard) claims(token string) (jwt.Claims, string) {
+	var c jwt.Claims
+	parsed, err := jwt.ParseSigned(token, tokenAlgorithms)
+	if err != nil {
+		return c, "not a signed JWT"
+	}
+	if err := parsed.UnsafeClaimsWithoutVerification(&c); err != nil {
+		return c, "unreadable claims"
+	}
+	if err := c.ValidateWithLeeway(jwt.Expected{AnyAudience: jwt.Audience{g.audience}, Time: g.now()}, time.Minute); err != nil {
+		return c, fmt.Sprintf("claims: %v", err)
+	}
+	return c, ""
+}
+
+// review asks the API server about a token, once per token at a time, and
+// caches the answer: an acceptance until the token expires (at most a
+// minute), a refusal briefly.
 func (g *Guard) review(ctx context.Context, token string) (review, error) {
 	key := sha256.Sum256([]byte(token))
 	if v, ok := g.cache.Get(key); ok {
 		return v.(review), nil
 	}
-	tr, err := g.reviews.Create(ctx, &authenticationv1.TokenReview{
-		Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{g.audience}},
-	}, metav1.CreateOptions{})
+	claims, refusal := g.claims(token)
+	if refusal != "" {
+		return review{refusal: refusal}, nil
+	}
+	v, err, _ := g.inflight.Do(string(key[:]), func() (any, error) {
+		if v, ok := g.cache.Get(key); ok {
+			// Reviewed by a call that finished since our look above.
+			return v, nil
+		}
+		// Detached from the first caller: the others wait on this review.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+		defer cancel()
+		g.reviewed.Inc()
+		tr, err := g.reviews.Create(rctx, &authenticationv1.TokenReview{
+			Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{g.audience}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return review{}, err
+		}
+		var r review
+		switch {
+		case !tr.Status.Authenticated:
+			r.refusal = tr.Status.Error
+			if r.refusal == "" {
+				r.refusal = "not authenticated"
+			}
+		case !slices.Contains(tr.Status.Audiences, g.audience):
+			// An authenticator that ignores audiences must not let a token
+			// minted for something else through.
+			r.refusal = fmt.Sprintf("token audiences %v do not include it", tr.Status.Audiences)
+		default:
+			r.user = tr.Status.User.Username
+		}
+		ttl := rejectedTTL
+		if r.refusal == "" {
+			ttl = acceptedTTL
+			if claims.Expiry != nil {
+				ttl = min(ttl, claims.Expiry.Time().Sub(g.now()))
+			}
+		}
+		if ttl > 0 {
+			g.cache.Add(key, r, ttl)
+		}
+		return r, nil
+	})
 	if err != nil {
 		return review{}, err
 	}
-	var r review
-	switch {
-	case !tr.Status.Authenticated:
-		r.refusal = tr.Status.Error
-		if r.refusal == "" {
-			r.refusal = "not authenticated"
-		}
-	case !slices.Contains(tr.Status.Audiences, g.audience):
-		// An authenticator that ignores audiences must not let a token
-		// minted for something else through.
-		r.refusal = fmt.Sprintf("token audiences %v do not include it", tr.Status.Audiences)
-	default:
-		r.user = tr.Status.User.Username
-	}
-	ttl := acceptedTTL
-	if r.refusal != "" {
-		ttl = rejectedTTL
-	}
-	g.cache.Add(key, r, ttl)
-	return r, nil
+	return v.(review), nil
 }

@@ -2,15 +2,23 @@ package authn
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -18,15 +26,37 @@ import (
 )
 
 const (
-	audience   = "nodeconfig-agent"
+	audience   = "nodeconfig-agent/node-a"
 	reconciler = "system:serviceaccount:nodeconfig-system:nodeconfig-reconciler"
 )
 
-// fakeReviews answers TokenReviews from a table and counts them; the token
-// "down" makes the API server unreachable.
+// mint signs a JWT with the given subject as the token's name, audiences
+// and lifetime; the fake API server below judges it by its subject.
+func mint(t testing.TB, subject string, lifetime time.Duration, audiences ...string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tok, err := jwt.Signed(signer).Claims(jwt.Claims{
+		Subject: subject, Audience: audiences, IssuedAt: jwt.NewNumericDate(now), Expiry: jwt.NewNumericDate(now.Add(lifetime)),
+	}).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// fakeReviews answers TokenReviews by the token's subject and counts them;
+// the subject "down" makes the API server unreachable.
 func fakeReviews(t *testing.T) (*Guard, *atomic.Int64) {
 	t.Helper()
-	client := fake.NewSimpleClientset()
+	client := fake.NewClientset()
 	var calls atomic.Int64
 	client.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		calls.Add(1)
@@ -34,8 +64,15 @@ func fakeReviews(t *testing.T) (*Guard, *atomic.Int64) {
 		if len(tr.Spec.Audiences) != 1 || tr.Spec.Audiences[0] != audience {
 			t.Errorf("review asked for audiences %v, want [%s]", tr.Spec.Audiences, audience)
 		}
+		parsed, err := jwt.ParseSigned(tr.Spec.Token, tokenAlgorithms)
+		if err != nil {
+			t.Errorf("a token that is not a JWT reached the API server: %v", err)
+			return true, nil, err
+		}
+		var c jwt.Claims
+		_ = parsed.UnsafeClaimsWithoutVerification(&c)
 		out := tr.DeepCopy()
-		switch tr.Spec.Token {
+		switch c.Subject {
 		case "down":
 			return true, nil, errors.New("connection refused")
 		case "reconciler":
@@ -65,6 +102,14 @@ func over(network, token string) context.Context {
 	return ctx
 }
 
+// tapCall runs the tap as gRPC does, before the body is read.
+func tapCall(g *Guard, network, token, method string) error {
+	ctx := over(network, token)
+	md, _ := metadata.FromIncomingContext(ctx)
+	_, err := g.Tap()(ctx, &tap.Info{FullMethodName: method, Header: md})
+	return err
+}
+
 func TestGuardDecidesByTransportTokenAndIdentity(t *testing.T) {
 	g, _ := fakeReviews(t)
 	const method = "/nodeconfig.v1.CheckpointService/Activate"
@@ -75,11 +120,14 @@ func TestGuardDecidesByTransportTokenAndIdentity(t *testing.T) {
 		{"unix socket, no token", "unix", "", method, codes.OK},
 		{"tcp, no token", "tcp", "", method, codes.Unauthenticated},
 		{"tcp, health without token", "tcp", "", "/grpc.health.v1.Health/Check", codes.OK},
-		{"tcp, reconciler", "tcp", "reconciler", method, codes.OK},
-		{"tcp, bad token", "tcp", "garbage", method, codes.Unauthenticated},
-		{"tcp, audience not confirmed", "tcp", "audience-blind", method, codes.Unauthenticated},
-		{"tcp, other identity", "tcp", "other", method, codes.PermissionDenied},
-		{"tcp, API server down", "tcp", "down", method, codes.Unavailable},
+		{"tcp, reconciler", "tcp", mint(t, "reconciler", time.Hour, audience), method, codes.OK},
+		{"tcp, not a JWT", "tcp", "garbage", method, codes.Unauthenticated},
+		{"tcp, refused by the API server", "tcp", mint(t, "forged", time.Hour, audience), method, codes.Unauthenticated},
+		{"tcp, another node's audience", "tcp", mint(t, "reconciler", time.Hour, "nodeconfig-agent/node-b"), method, codes.Unauthenticated},
+		{"tcp, expired", "tcp", mint(t, "reconciler", -2*time.Minute, audience), method, codes.Unauthenticated},
+		{"tcp, audience not confirmed", "tcp", mint(t, "audience-blind", time.Hour, audience), method, codes.Unauthenticated},
+		{"tcp, other identity", "tcp", mint(t, "other", time.Hour, audience), method, codes.PermissionDenied},
+		{"tcp, API server down", "tcp", mint(t, "down", time.Hour, audience), method, codes.Unavailable},
 	} {
 		if got := status.Code(g.check(over(tc.network, tc.token), tc.method)); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
@@ -87,24 +135,113 @@ func TestGuardDecidesByTransportTokenAndIdentity(t *testing.T) {
 	}
 }
 
-// One TokenReview per token while it is cached, so a rollout's calls do not
-// load the API server; an unreachable API server is asked again each time.
-func TestGuardCachesReviewsButNotFailuresToReview(t *testing.T) {
+// What can never pass is refused by the tap, before gRPC reads the body,
+// without a TokenReview; what might pass goes on to the review.
+func TestTapRefusesFromHeadersAloneWithoutReviews(t *testing.T) {
 	g, calls := fakeReviews(t)
-	for range 5 {
-		if err := g.check(over("tcp", "reconciler"), "/x/Y"); err != nil {
-			t.Fatal(err)
+	const method = "/nodeconfig.v1.CheckpointService/PutCheckpoint"
+	for _, tc := range []struct {
+		name, network, token string
+		want                 codes.Code
+	}{
+		{"unix socket", "unix", "", codes.OK},
+		{"no token", "tcp", "", codes.Unauthenticated},
+		{"not a JWT", "tcp", "garbage", codes.Unauthenticated},
+		{"another node's audience", "tcp", mint(t, "reconciler", time.Hour, "nodeconfig-agent/node-b"), codes.Unauthenticated},
+		{"expired", "tcp", mint(t, "reconciler", -2*time.Minute, audience), codes.Unauthenticated},
+		{"plausible: left to the review", "tcp", mint(t, "forged", time.Hour, audience), codes.OK},
+	} {
+		if got := status.Code(tapCall(g, tc.network, tc.token, method)); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
-		_ = g.check(over("tcp", "garbage"), "/x/Y")
 	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("the tap sent %d TokenReviews; it must send none", n)
+	}
+	// A token the review refused is refused by the tap from then on.
+	forged := mint(t, "forged", time.Hour, audience)
+	_ = g.check(over("tcp", forged), method)
+	if got := status.Code(tapCall(g, "tcp", forged, method)); got != codes.Unauthenticated {
+		t.Fatalf("a refused token got %v from the tap, want Unauthenticated", got)
+	}
+}
+
+// New tokens are reviewed within a budget: a caller minting plausible
+// tokens gets ResourceExhausted from the tap, the API server sees at most
+// the burst, and a token already accepted still gets through.
+func TestNewTokensBeyondTheBudgetAreRefusedBeforeReview(t *testing.T) {
+	g, calls := fakeReviews(t)
+	good := mint(t, "reconciler", time.Hour, audience)
+	if err := g.check(over("tcp", good), "/x/Y"); err != nil {
+		t.Fatal(err)
+	}
+	exhausted := 0
+	for range 200 {
+		tok := mint(t, "forged", time.Hour, audience)
+		err := tapCall(g, "tcp", tok, "/x/Y")
+		if status.Code(err) == codes.ResourceExhausted {
+			exhausted++
+			continue
+		}
+		_ = g.check(over("tcp", tok), "/x/Y")
+	}
+	if exhausted == 0 {
+		t.Fatal("200 new tokens in a burst all passed the tap")
+	}
+	if n := calls.Load(); n > 1+reviewBurst+5 {
+		t.Fatalf("%d TokenReviews for 200 new tokens; want at most the burst (%d) and what the rate refills", n, reviewBurst)
+	}
+	if err := tapCall(g, "tcp", good, "/x/Y"); err != nil {
+		t.Fatalf("the accepted token was refused during the flood: %v", err)
+	}
+}
+
+// One TokenReview per token while it is cached, and one for many calls
+// that arrive together; an unreachable API server is asked again each time.
+func TestGuardCoalescesAndCachesReviewsButNotFailuresToReview(t *testing.T) {
+	g, calls := fakeReviews(t)
+	good, bad := mint(t, "reconciler", time.Hour, audience), mint(t, "forged", time.Hour, audience)
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			if err := g.check(over("tcp", good), "/x/Y"); err != nil {
+				t.Error(err)
+			}
+			_ = g.check(over("tcp", bad), "/x/Y")
+		})
+	}
+	wg.Wait()
 	if got := calls.Load(); got != 2 {
-		t.Fatalf("%d TokenReviews for 10 calls with 2 tokens, want 2", got)
+		t.Fatalf("%d TokenReviews for 100 calls with 2 tokens, want 2", got)
 	}
+	down := mint(t, "down", time.Hour, audience)
 	for range 3 {
-		_ = g.check(over("tcp", "down"), "/x/Y")
+		_ = g.check(over("tcp", down), "/x/Y")
 	}
 	if got := calls.Load(); got != 5 {
 		t.Fatalf("%d TokenReviews after 3 calls while the API server was down, want 2+3", got)
+	}
+}
+
+// An accepted token is cached no longer than it is valid.
+func TestAcceptanceIsNotCachedPastTheTokensExpiry(t *testing.T) {
+	g, calls := fakeReviews(t)
+	now := time.Now()
+	g.now = func() time.Time { return now }
+	short := mint(t, "reconciler", 30*time.Second, audience)
+	for _, step := range []struct {
+		after   time.Duration
+		reviews int64
+	}{
+		{0, 1},                // reviewed
+		{20 * time.Second, 1}, // cached: valid for 10 s more
+		{20 * time.Second, 2}, // expired 10 s ago: not cached any more (a minute would still hold it)
+	} {
+		now = now.Add(step.after)
+		_ = g.check(over("tcp", short), "/x/Y")
+		if got := calls.Load(); got != step.reviews {
+			t.Fatalf("at +%v: %d reviews, want %d", step.after, got, step.reviews)
+		}
 	}
 }
 
@@ -112,6 +249,9 @@ func TestGuardCachesReviewsButNotFailuresToReview(t *testing.T) {
 func TestNilGuardAllowsAll(t *testing.T) {
 	var g *Guard
 	if err := g.check(over("tcp", ""), "/x/Y"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tapCall(g, "tcp", "", "/x/Y"); err != nil {
 		t.Fatal(err)
 	}
 }

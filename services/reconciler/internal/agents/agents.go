@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,13 +14,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/credentials/oauth"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/transport"
 	"k8s.io/utils/lru"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -46,32 +42,28 @@ type Options struct {
 	// MaxConnections bounds the open connections (least recently used
 	// closed first), so memory does not grow with the fleet; default 256.
 	MaxConnections int
+	// Tokens, when set, authenticates every call with a token for the
+	// called node alone.
+	Tokens *NodeTokens
 }
 
 // Credentials are the dial options of an in-cluster reconciler: TLS that
 // trusts only the agents' CA (every agent serves a certificate for
-// serverName, since pod IPs are not known ahead) and, on every call, the
-// projected ServiceAccount token in tokenFile, reread as the kubelet
-// rotates it. The token is never sent without TLS.
-func Credentials(caFile, serverName, tokenFile string) ([]grpc.DialOption, error) {
+// serverName, since pod IPs are not known ahead). The CA file is reread
+// when it changes, so rotating the Secret needs no restart. Tokens (see
+// NodeTokens) are never sent without TLS.
+func Credentials(caFile, serverName string, tokens bool) ([]grpc.DialOption, error) {
 	if caFile == "" {
-		if tokenFile != "" {
-			return nil, errors.New("--agent-token-file needs --agent-ca-file: the token must not cross the network in clear text")
+		if tokens {
+			return nil, errors.New("agent tokens need --agent-ca-file: a token must not cross the network in clear text")
 		}
 		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
 	}
-	creds, err := credentials.NewClientTLSFromFile(caFile, serverName)
+	creds, err := reloadingTLS(caFile, serverName)
 	if err != nil {
 		return nil, fmt.Errorf("--agent-ca-file: %w", err)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	if tokenFile != "" {
-		if _, err := os.Stat(tokenFile); err != nil {
-			return nil, fmt.Errorf("--agent-token-file: %w", err)
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(oauth.TokenSource{TokenSource: transport.NewCachedFileTokenSource(tokenFile)}))
-	}
-	return opts, nil
+	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}, nil
 }
 
 // Pool resolves and connects, one connection per node, keeping the most
@@ -175,6 +167,9 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, func(), e
 		// are read in one go anyway), and let a node's connection go idle
 		// (no goroutines, no transport) between its syncs.
 		opts = append(slices.Clip(opts), grpc.WithSharedWriteBuffer(true), grpc.WithReadBufferSize(4<<10), grpc.WithIdleTimeout(idleTimeout))
+		if p.o.Tokens != nil {
+			opts = append(opts, grpc.WithPerRPCCredentials(p.o.Tokens.For(node)))
+		}
 		conn, err := grpc.NewClient(target, opts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("agent %s: %w", target, err)
@@ -202,6 +197,9 @@ func (p *Pool) Forget(node string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.conns.Remove(node)
+	if p.o.Tokens != nil {
+		p.o.Tokens.Forget(node)
+	}
 }
 
 // Close closes every connection.
