@@ -35,9 +35,14 @@ import (
 	"nodeconfig.io/services/servekit/authn"
 )
 
-// MaxMessageBytes bounds every gRPC message: a ConfigMap is at most 1 MiB,
-// so 4 MiB leaves room for framing and refuses anything absurd early.
+// MaxMessageBytes bounds every gRPC message sent: a ConfigMap is at most
+// 1 MiB, so 4 MiB leaves room for framing and a few records.
 const MaxMessageBytes = 4 << 20
+
+// MaxRequestBytes bounds every message received. No request carries more
+// than one ConfigMap's data; a larger one is refused from its length
+// prefix, before its body is buffered.
+const MaxRequestBytes = 2 << 20
 
 // The TCP port serves one reconciler: a few connections with a few streams
 // each. The bounds keep memory below the agent's limit whoever connects
@@ -182,7 +187,7 @@ func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) (*Server, er
 		grpc.InTapHandle(guard.Tap()),
 		grpc.ChainUnaryInterceptor(guard.Unary()),
 		grpc.ChainStreamInterceptor(guard.Stream()),
-		grpc.MaxRecvMsgSize(MaxMessageBytes),
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		grpc.ConnectionTimeout(handshakeTimeout),

@@ -89,6 +89,17 @@ func (e *secureEnv) token(sa string, audiences ...string) string {
 	return tr.Status.Token
 }
 
+// reconcilerArgs point a reconciler at every node's TCP port, over TLS,
+// with per-node tokens of ServiceAccount sa, as the Deployment runs it.
+func (e *secureEnv) reconcilerArgs(sa string) []string {
+	args := []string{"--agent-ca-file", e.tls.CAFile, "--agent-tls-server-name", e.tls.ServerName,
+		"--agent-token-audience", agentAudience, "--agent-token-service-account", "nodeconfig-system/" + sa}
+	for _, n := range e.nodes {
+		args = append(args, "--agent-address", n.Name+"="+n.CheckpointdAddr)
+	}
+	return args
+}
+
 // dialTLS connects as the reconciler does: trusting only the agent CA.
 func (e *secureEnv) dialTLS(target string) *grpc.ClientConn {
 	e.t.Helper()
@@ -214,12 +225,7 @@ func TestAgentRPCsRefuseUnauthenticatedAndWrongIdentityCallers(t *testing.T) {
 func TestReconcilerDrivesAuthenticatedAgentOverTLS(t *testing.T) {
 	e := newSecureNodes(t, 2)
 	a, b := e.nodes[0], e.nodes[1]
-	args := func(sa string) []string {
-		return []string{"--agent-address", a.Name + "=" + a.CheckpointdAddr, "--agent-address", b.Name + "=" + b.CheckpointdAddr,
-			"--agent-ca-file", e.tls.CAFile, "--agent-tls-server-name", e.tls.ServerName,
-			"--agent-token-audience", agentAudience, "--agent-token-service-account", "nodeconfig-system/" + sa}
-	}
-	e.startReconciler("r0", args("intruder")...)
+	e.startReconciler("r0", e.reconcilerArgs("intruder")...)
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
 	e.nodeConfig(e.label, map[string]any{
 		"source":      map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}},
@@ -240,7 +246,7 @@ func TestReconcilerDrivesAuthenticatedAgentOverTLS(t *testing.T) {
 	e.reconciler.Close()
 	e.reconciler = nil
 
-	e.startReconciler("r1", args(reconcilerSA)...)
+	e.startReconciler("r1", e.reconcilerArgs(reconcilerSA)...)
 	for _, n := range e.nodes {
 		e.waitNode(n.Name, 30*time.Second, "promoted over TLS", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 			return rv(st.LastKnownGood) == cm.ResourceVersion && reasonIs(c, "Active")

@@ -41,9 +41,11 @@ import (
 
 // Reviews are cached so that a rollout's dozen calls cost one TokenReview;
 // failures briefly, so a fixed token is accepted soon after. New tokens
-// are reviewed at most reviewRate per second (reviewBurst at once): a
-// caller holding many tokens cannot turn the agent into a TokenReview
-// amplifier or starve the reviews of the reconciler's own token.
+// are reviewed at most reviewRate per second (reviewBurst at once), with a
+// budget of their own for tokens that claim an allowed identity: a caller
+// holding many tokens cannot turn the agent into a TokenReview amplifier,
+// nor starve the reviews of the reconciler's own token unless it forges
+// that very claim.
 const (
 	acceptedTTL   = time.Minute
 	rejectedTTL   = 10 * time.Second
@@ -63,21 +65,24 @@ type Guard struct {
 	allowed  []string
 	cache    *cache.LRUExpireCache
 	inflight singleflight.Group
-	budget   *rate.Limiter
-	now      func() time.Time
-	denied   *prometheus.CounterVec
-	reviewed prometheus.Counter
+	// budget is for new tokens claiming an allowed identity, othersBudget
+	// for the rest.
+	budget, othersBudget *rate.Limiter
+	now                  func() time.Time
+	denied               *prometheus.CounterVec
+	reviewed             prometheus.Counter
 }
 
 // New builds a guard that accepts tokens for audience whose user is one of
 // allowed (e.g. system:serviceaccount:nodeconfig-system:nodeconfig-reconciler).
 func New(reviews authenticationv1client.TokenReviewInterface, audience string, allowed []string, reg prometheus.Registerer) *Guard {
 	g := &Guard{
-		reviews:  reviews,
-		audience: audience,
-		allowed:  allowed,
-		budget:   rate.NewLimiter(reviewRate, reviewBurst),
-		now:      time.Now,
+		reviews:      reviews,
+		audience:     audience,
+		allowed:      allowed,
+		budget:       rate.NewLimiter(reviewRate, reviewBurst),
+		othersBudget: rate.NewLimiter(reviewRate, reviewBurst),
+		now:          time.Now,
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeconfig_grpc_calls_refused_total",
 			Help: "gRPC calls refused by authentication (Unauthenticated), authorization (PermissionDenied) or the review budget (ResourceExhausted).",
@@ -110,13 +115,18 @@ func (g *Guard) Tap() tap.ServerInHandle {
 		if token == "" {
 			return ctx, g.refuse(codes.Unauthenticated, "%s needs a bearer token: a ServiceAccount token with audience %q", info.FullMethodName, g.audience)
 		}
-		if _, refusal := g.claims(token); refusal != "" {
+		claims, refusal := g.claims(token)
+		if refusal != "" {
 			return ctx, g.refuse(codes.Unauthenticated, "token refused for audience %q: %s", g.audience, refusal)
 		}
 		if v, ok := g.cache.Get(sha256.Sum256([]byte(token))); ok {
 			return ctx, g.decide(v.(review), info.FullMethodName)
 		}
-		if !g.budget.Allow() {
+		budget := g.othersBudget
+		if slices.Contains(g.allowed, claims.Subject) {
+			budget = g.budget
+		}
+		if !budget.Allow() {
 			return ctx, g.refuse(codes.ResourceExhausted, "too many new tokens to verify; retry later")
 		}
 		return ctx, nil

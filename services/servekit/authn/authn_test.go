@@ -75,7 +75,7 @@ func fakeReviews(t *testing.T) (*Guard, *atomic.Int64) {
 		switch c.Subject {
 		case "down":
 			return true, nil, errors.New("connection refused")
-		case "reconciler":
+		case "reconciler", reconciler:
 			out.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{audience}, User: authenticationv1.UserInfo{Username: reconciler}}
 		case "other":
 			out.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{audience}, User: authenticationv1.UserInfo{Username: "system:serviceaccount:default:other"}}
@@ -193,6 +193,14 @@ func TestNewTokensBeyondTheBudgetAreRefusedBeforeReview(t *testing.T) {
 	}
 	if err := tapCall(g, "tcp", good, "/x/Y"); err != nil {
 		t.Fatalf("the accepted token was refused during the flood: %v", err)
+	}
+	// A new token claiming the allowed identity has a budget of its own.
+	fresh := mint(t, reconciler, time.Hour, audience)
+	if err := tapCall(g, "tcp", fresh, "/x/Y"); err != nil {
+		t.Fatalf("a new token of the allowed identity was refused during the flood: %v", err)
+	}
+	if err := g.check(over("tcp", fresh), "/x/Y"); err != nil {
+		t.Fatal(err)
 	}
 }
 
