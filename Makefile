@@ -107,6 +107,8 @@ bench: build testbin nodebin node-packages images ## every performance figure, t
 	go test -run '^$$' -bench AssignmentLatency -benchtime 200x nodeconfig.io/test/e2e | tee -a $(CACHE)/bench.txt
 	go test -run '^$$' -bench 'WritesPerNode|SteadyState' -benchtime 3x nodeconfig.io/test/e2e | tee -a $(CACHE)/bench.txt
 	go run nodeconfig.io/test/cmd/fleet -nodes 1000 | tee -a $(CACHE)/bench.txt
+	@# The same fleet around authentication (unix sockets): what TLS and the per-node tokens cost.
+	go run nodeconfig.io/test/cmd/fleet -nodes 1000 -auth=false | tee -a $(CACHE)/bench.txt
 	go test -short -run '^$$' -bench KubeletRunsNewConfig -benchtime 20x nodeconfig.io/test/realnode | tee -a $(CACHE)/bench.txt
 	go test -short -run '^$$' -bench BadConfigToHealthyLastKnownGood -benchtime 10x nodeconfig.io/test/realnode | tee -a $(CACHE)/bench.txt
 	@echo; go run nodeconfig.io/test/cmd/benchtable $(CACHE)/bench.txt

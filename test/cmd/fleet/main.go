@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 	corev1 "k8s.io/api/core/v1"
@@ -43,11 +44,13 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	checkpointd "nodeconfig.io/services/checkpointd/server"
+	"nodeconfig.io/services/servekit/authn"
 	statusd "nodeconfig.io/services/statusd/server"
 	"nodeconfig.io/test/audit"
 	"nodeconfig.io/test/cluster"
@@ -66,14 +69,15 @@ func main() {
 	workers := flag.Int("workers", 16, "the reconciler's --workers (its default)")
 	keep := flag.Bool("keep", false, "keep the state directory")
 	profiles := flag.String("profile", "", "write CPU profiles of the reconciler, the agents and the API server during the config change, and the reconciler's heap after it, to this directory")
+	auth := flag.Bool("auth", true, "the installed path: each agent serves TLS on a loopback address of its own and checks the reconciler's per-node token with TokenReview; false: unix sockets, no authentication")
 	flag.Parse()
-	if err := run(*nodes, *fsync, *workers, *keep, *profiles); err != nil {
+	if err := run(*nodes, *fsync, *workers, *keep, *profiles, *auth); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, fsync bool, workers int, keep bool, profiles string) error {
+func run(n int, fsync bool, workers int, keep bool, profiles string, auth bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root, err := os.MkdirTemp("", "ncf-")
@@ -83,7 +87,7 @@ func run(n int, fsync bool, workers int, keep bool, profiles string) error {
 	if !keep {
 		defer os.RemoveAll(root)
 	}
-	fmt.Printf("fleet of %d nodes (fsync %v), state in %s\n", n, fsync, root)
+	fmt.Printf("fleet of %d nodes (fsync %v, authentication %v), state in %s\n", n, fsync, auth, root)
 	raiseFileLimit(n)
 	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(root, "cluster"), AuditLog: true})
 	if err != nil {
@@ -115,8 +119,17 @@ func run(n int, fsync bool, workers int, keep bool, profiles string) error {
 	watch := newActiveWatch(admin, n)
 	go watch.run(ctx)
 
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	var sec *security
+	if auth {
+		if sec, err = newSecurity(ctx, admin, root); err != nil {
+			return err
+		}
+	}
 	t0 = time.Now()
-	agents, err := startAgents(ctx, c, root, names, fsync)
+	agents, err := startAgents(ctx, c, root, names, fsync, sec)
 	if err != nil {
 		return err
 	}
@@ -126,15 +139,12 @@ func run(n int, fsync bool, workers int, keep bool, profiles string) error {
 	}
 	fmt.Printf("  %d agents started and reporting in %v\n", n, since(t0))
 
-	reconciler, metricsAddr, err := startReconciler(c, root, workers)
+	reconciler, metricsAddr, err := startReconciler(c, root, workers, agents.reconcilerArgs(root, sec))
 	if err != nil {
 		return err
 	}
 	defer func() { _ = reconciler.Stop(10 * time.Second) }()
 
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		return err
-	}
 	dyn, err := dynamic.NewForConfig(adminCfg)
 	if err != nil {
 		return err
@@ -205,8 +215,14 @@ func run(n int, fsync bool, workers int, keep bool, profiles string) error {
 		fmt.Printf("    (%s)\n", runtimeMemory(b))
 	}
 	// A Go benchmark line, so benchstat and the bench table read it.
-	fmt.Printf("BenchmarkFleet/nodes=%d 1 %d ns/op %.2f all-active-s %d p50-ms %d p99-ms %d reconciler-peak-rss-MiB %.2f writes/node/change\n",
-		n, change.all().Nanoseconds(), change.all().Seconds(), change.pct(50).Milliseconds(), change.pct(99).Milliseconds(), peak>>10,
+	// Without authentication the name says so: the figure is the
+	// installed path's.
+	path := ""
+	if !auth {
+		path = "/noauth"
+	}
+	fmt.Printf("BenchmarkFleet/nodes=%d%s 1 %d ns/op %.2f all-active-s %.2f first-rollout-s %d p50-ms %d p99-ms %d reconciler-peak-rss-MiB %.2f writes/node/change\n",
+		n, path, change.all().Nanoseconds(), change.all().Seconds(), first.all().Seconds(), change.pct(50).Milliseconds(), change.pct(99).Milliseconds(), peak>>10,
 		float64(writesAfter-writesBefore)/float64(n))
 	return nil
 }
@@ -250,10 +266,68 @@ type agents struct {
 	servers []*grpc.Server
 	conns   []*grpc.ClientConn
 	stores  []*checkpointd.Checkpointd
+	addrs   map[string]string // node -> TCP address, with authentication
 	mu      sync.Mutex
 }
 
-func startAgents(ctx context.Context, c *cluster.Cluster, root string, names []string, fsync bool) (*agents, error) {
+// security is what the installed path adds: the agents' serving
+// certificate, and the reconciler's ServiceAccount whose per-node tokens the
+// agents review.
+type security struct {
+	tls     cluster.AgentTLS
+	account string // NAMESPACE/NAME
+	user    string // its user name in TokenReviews
+}
+
+const reconcilerAccount = "nodeconfig-reconciler"
+
+func newSecurity(ctx context.Context, admin kubernetes.Interface, root string) (*security, error) {
+	t, err := cluster.NewAgentTLS(filepath.Join(root, "tls"))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := admin.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: reconcilerAccount}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	return &security{tls: t, account: namespace + "/" + reconcilerAccount, user: "system:serviceaccount:" + namespace + ":" + reconcilerAccount}, nil
+}
+
+// agentAddr gives node i a loopback address of its own, as nodes have, so
+// every agent listens on the same port.
+func agentAddr(i int) string {
+	return fmt.Sprintf("127.%d.%d.%d:7601", 1+i/(250*250), (i/250)%250, 1+i%250)
+}
+
+// reconcilerArgs point the reconciler at the agents.
+func (a *agents) reconcilerArgs(root string, sec *security) []string {
+	if sec == nil {
+		return []string{"--agent-socket-template", filepath.Join(root, "s", "{node}.sock")}
+	}
+	args := []string{"--agent-ca-file", sec.tls.CAFile, "--agent-tls-server-name", sec.tls.ServerName,
+		"--agent-token-audience", agentAudience, "--agent-token-service-account", sec.account}
+	for node, addr := range a.addrs {
+		args = append(args, "--agent-address", node+"="+addr)
+	}
+	return args
+}
+
+const agentAudience = "nodeconfig-agent/{node}"
+
+// serverOptions are an agent's gRPC server options: with authentication,
+// TLS and the guard the installed checkpointd runs.
+func (sec *security) serverOptions(node string, reviews authenticationv1client.TokenReviewInterface) ([]grpc.ServerOption, error) {
+	if sec == nil {
+		return nil, nil
+	}
+	creds, err := credentials.NewServerTLSFromFile(sec.tls.CertFile, sec.tls.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	g := authn.New(reviews, strings.ReplaceAll(agentAudience, "{node}", node), []string{sec.user}, nil)
+	return []grpc.ServerOption{grpc.Creds(creds), grpc.InTapHandle(g.Tap()), grpc.ChainUnaryInterceptor(g.Unary()), grpc.ChainStreamInterceptor(g.Stream())}, nil
+}
+
+func startAgents(ctx context.Context, c *cluster.Cluster, root string, names []string, fsync bool, sec *security) (*agents, error) {
 	logFile, err := os.Create(filepath.Join(root, "agents.log"))
 	if err != nil {
 		return nil, err
@@ -269,7 +343,20 @@ func startAgents(ctx context.Context, c *cluster.Cluster, root string, names []s
 	if err != nil {
 		return nil, err
 	}
-	a := &agents{}
+	// Each agent's TokenReviews go through a client of its own budget, as
+	// checkpointd's do (sharing the transport, as statusd's here).
+	reviewCfg := rest.CopyConfig(c.Config)
+	reviewCfg.QPS, reviewCfg.Burst, reviewCfg.Timeout = 10, 20, 10*time.Second
+	reviewCfg.UserAgent = "nodeconfig-checkpointd/fleet"
+	reviewHTTP, err := rest.HTTPClientFor(reviewCfg)
+	if err != nil {
+		return nil, err
+	}
+	index := make(map[string]int, len(names))
+	for i, name := range names {
+		index[name] = i
+	}
+	a := &agents{addrs: map[string]string{}}
 	err = forEach(names, 32, func(name string) error {
 		dir := filepath.Join(root, "n", name)
 		ckd, err := checkpointd.Open(checkpointd.Options{
@@ -279,21 +366,42 @@ func startAgents(ctx context.Context, c *cluster.Cluster, root string, names []s
 		if err != nil {
 			return err
 		}
-		srv := grpc.NewServer()
-		ckd.Register(srv)
-		socket := filepath.Join(root, "s", name+".sock")
-		if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
-			return err
-		}
-		l, err := net.Listen("unix", socket)
+		reviewClient, err := authenticationv1client.NewForConfigAndClient(reviewCfg, reviewHTTP)
 		if err != nil {
 			return err
 		}
+		opts, err := sec.serverOptions(name, reviewClient.TokenReviews())
+		if err != nil {
+			return err
+		}
+		srv := grpc.NewServer(opts...)
+		ckd.Register(srv)
+		socket := filepath.Join(root, "s", name+".sock")
+		var l net.Listener
+		if sec != nil {
+			addr := agentAddr(index[name])
+			if l, err = net.Listen("tcp", addr); err != nil {
+				return err
+			}
+			a.mu.Lock()
+			a.addrs[name] = addr
+			a.mu.Unlock()
+		} else {
+			if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
+				return err
+			}
+			if l, err = net.Listen("unix", socket); err != nil {
+				return err
+			}
+		}
 		go func() { _ = srv.Serve(l) }()
-		// statusd reaches its checkpointd in memory: at 5,000 nodes two
-		// file descriptors per node more would exhaust the process limit.
+		// statusd reaches its checkpointd in memory (as over its unix
+		// socket, trusted): at 5,000 nodes two file descriptors per node
+		// more would exhaust the process limit.
 		mem := bufconn.Listen(256 << 10)
-		go func() { _ = srv.Serve(mem) }()
+		memSrv := grpc.NewServer()
+		ckd.Register(memSrv)
+		go func() { _ = memSrv.Serve(mem) }()
 		conn, err := grpc.NewClient("passthrough:///"+name, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return mem.DialContext(ctx) }))
 		if err != nil {
@@ -317,7 +425,7 @@ func startAgents(ctx context.Context, c *cluster.Cluster, root string, names []s
 			}
 		}()
 		a.mu.Lock()
-		a.servers, a.conns, a.stores = append(a.servers, srv), append(a.conns, conn), append(a.stores, ckd)
+		a.servers, a.conns, a.stores = append(a.servers, srv, memSrv), append(a.conns, conn), append(a.stores, ckd)
 		a.mu.Unlock()
 		return nil
 	})
@@ -336,7 +444,7 @@ func (a *agents) stop() {
 	}
 }
 
-func startReconciler(c *cluster.Cluster, root string, workers int) (p *proc.Process, metricsAddr string, err error) {
+func startReconciler(c *cluster.Cluster, root string, workers int, agentArgs []string) (p *proc.Process, metricsAddr string, err error) {
 	bin, err := proc.Binary("reconciler")
 	if err != nil {
 		return nil, "", err
@@ -348,10 +456,10 @@ func startReconciler(c *cluster.Cluster, root string, workers int) (p *proc.Proc
 	if metricsAddr, err = proc.FreeAddr(); err != nil {
 		return nil, "", err
 	}
-	p, err = proc.Start("reconciler", bin, []string{
+	p, err = proc.Start("reconciler", bin, append([]string{
 		"--listen", addr, "--metrics-addr", metricsAddr, "--profiling", "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
-		"--agent-socket-template", filepath.Join(root, "s", "{node}.sock"), "--workers", strconv.Itoa(workers),
-	}, filepath.Join(root, "reconciler.log"))
+		"--workers", strconv.Itoa(workers),
+	}, agentArgs...), filepath.Join(root, "reconciler.log"))
 	return p, metricsAddr, err
 }
 
