@@ -28,6 +28,12 @@ func (c *Controller) departFor(node string) func(from *nodeconfigv1.ConfigSource
 			return policy.Admitted, 0
 		}
 		soak := soakSeconds(nc)
+		if c.trialsHeld(nc).reason != "" {
+			c.mu.Lock()
+			c.departLocked(node, nc.Name)
+			c.mu.Unlock()
+			return policy.Wait, soak
+		}
 		seen := c.everyNodeSeen(node)
 		selected := c.selectedNodes(nc)
 		c.mu.Lock()

@@ -49,8 +49,14 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 		return 0, nil
 	}
 	status := c.computeStatus(nc)
+	// Outside every window, look again when the next one opens: the
+	// status write then wakes the waiting nodes.
+	var requeue time.Duration
+	if status.NextWindow != nil {
+		requeue = max(status.NextWindow.Sub(c.o.Now()), time.Second)
+	}
 	if reflect.DeepEqual(status, nc.Status) {
-		return 0, nil
+		return requeue, nil
 	}
 	wasReady := meta.IsStatusConditionTrue(nc.Status.Conditions, v1alpha1.ConditionReady)
 	prevDegraded := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionDegraded)
@@ -68,7 +74,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 	}
 	// One Warning per distinct problem with the NodeConfig itself.
 	if d := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionDegraded); d != nil &&
-		(d.Reason == v1alpha1.ReasonInvalidSelector || d.Reason == v1alpha1.ReasonInvalidReconcileInterval) &&
+		(d.Reason == v1alpha1.ReasonInvalidSelector || d.Reason == v1alpha1.ReasonInvalidReconcileInterval || d.Reason == v1alpha1.ReasonInvalidWindow) &&
 		(prevDegraded == nil || prevDegraded.Reason != d.Reason || prevDegraded.Message != d.Message) && c.o.Recorder != nil {
 		c.o.Recorder.Event(nodeConfigRef(nc), corev1.EventTypeWarning, d.Reason, d.Message)
 	}
@@ -77,7 +83,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 		c.o.Recorder.Eventf(nodeConfigRef(nc), corev1.EventTypeNormal, "RolloutComplete",
 			"all %d selected node(s) have this config active and last-known-good", status.Selected)
 	}
-	return 0, nil
+	return requeue, nil
 }
 
 // computeStatus counts the selected nodes by state and sets the conditions.
@@ -139,6 +145,7 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 	}
 
 	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
+	held := c.trialsHeld(nc)
 	maxFailures := pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)
 	halted := pacing.Halted(failedCurrent, maxFailures) || (anyHalted && !haveCurrent)
 	done := int(st.Active) == len(selected) && unknown == 0 && behind == 0
@@ -155,6 +162,8 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 			fmt.Sprintf("%d node(s) rolled back, %d failing with retries", st.RolledBack, st.Failing))
 	case reconcileIntervalErr(nc) != nil:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonInvalidReconcileInterval, reconcileIntervalErr(nc).Error())
+	case held.reason == v1alpha1.ReasonInvalidWindow:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, held.reason, held.message)
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, "AsExpected", "no node rolled back or failing")
 	}
@@ -166,12 +175,19 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 		if unknown+behind > 0 {
 			msg += fmt.Sprintf("; %d not yet synced at generation %d", unknown+behind, nc.Generation)
 		}
-		progressing := metav1.ConditionTrue
+		progressing, reason := metav1.ConditionTrue, "RollingOut"
 		if halted {
 			progressing = metav1.ConditionFalse
 		}
-		set(v1alpha1.ConditionProgressing, progressing, "RollingOut", msg)
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, "RollingOut", msg)
+		if held.reason != "" && st.Waiting > 0 {
+			// Held: the reason says why nothing new starts.
+			progressing, reason, msg = metav1.ConditionFalse, held.reason, msg+"; "+held.message
+			if !held.next.IsZero() {
+				st.NextWindow = &metav1.Time{Time: held.next}
+			}
+		}
+		set(v1alpha1.ConditionProgressing, progressing, reason, msg)
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	}
 	return st
 }

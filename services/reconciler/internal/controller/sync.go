@@ -136,7 +136,10 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 // missing ConfigMap or key is an early error that heals when it appears.
 func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) policy.Desired {
 	ref := nc.Spec.Source.ConfigMap
-	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: soakSeconds(nc), CheckDrift: true}
+	// Outside a maintenance window even a drift repair waits: it restarts
+	// the kubelet.
+	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: soakSeconds(nc),
+		CheckDrift: c.trialsHeld(nc).reason != v1alpha1.ReasonOutsideWindow}
 	// The cache only: the ConfigMap's add event wakes the nodes when it
 	// appears, so a retry never costs the API server a GET.
 	cm, err := c.o.ConfigMaps.ConfigMaps(ref.Namespace).Get(ref.Name)
@@ -163,6 +166,7 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func(
 	return func() policy.Admission {
 		seen := c.everyNodeSeen(node)
 		selected := c.selectedNodes(nc)
+		held := c.trialsHeld(nc)
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		// Nodes leaving nc share its trial (see depart.go).
@@ -171,6 +175,9 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func(
 		// holds whatever the nodes not seen yet say.
 		if pacing.Halted(len(c.rolledBackLocked(nc, v, selected)), pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)) {
 			return policy.Halted
+		}
+		if held.reason != "" {
+			return policy.Wait
 		}
 		if !seen {
 			// A node not synced since this reconciler started may be soaking

@@ -14,7 +14,7 @@ func TestMaxInTrial(t *testing.T) {
 		selected int
 		want     int
 	}{
-		{nil, 10, 10}, {nil, 0, 1}, {num(2), 10, 2}, {pct("25%"), 10, 3}, {pct("1%"), 10, 1}, {pct("100%"), 7, 7}, {num(0), 5, 1},
+		{nil, 10, 1}, {nil, 11, 2}, {nil, 1000, 100}, {nil, 0, 1}, {num(2), 10, 2}, {pct("25%"), 10, 3}, {pct("1%"), 10, 1}, {pct("100%"), 7, 7}, {num(0), 5, 1},
 	} {
 		if got := MaxInTrial(tc.v, tc.selected); got != tc.want {
 			t.Errorf("MaxInTrial(%v, %d) = %d, want %d", tc.v, tc.selected, got, tc.want)

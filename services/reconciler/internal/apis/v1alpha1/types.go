@@ -44,6 +44,14 @@ const (
 	// ReasonInvalidReconcileInterval: the reconcile-interval annotation is
 	// not a whole number of seconds >= 0; the default is used meanwhile.
 	ReasonInvalidReconcileInterval = "InvalidReconcileInterval"
+	// ReasonPaused: spec.rollout.paused holds new trials.
+	ReasonPaused = "Paused"
+	// ReasonOutsideWindow: no maintenance window is open; the status says
+	// when the next one opens.
+	ReasonOutsideWindow = "OutsideMaintenanceWindow"
+	// ReasonInvalidWindow: a maintenance window does not parse; no trial
+	// starts until it is fixed.
+	ReasonInvalidWindow = "InvalidMaintenanceWindow"
 )
 
 // NodeConfig assigns a config to the nodes its selector matches.
@@ -80,6 +88,21 @@ type ConfigMapSource struct {
 type Rollout struct {
 	MaxInTrial  *intstr.IntOrString `json:"maxInTrial,omitempty"`
 	MaxFailures *int32              `json:"maxFailures,omitempty"`
+	// Paused starts no new trial; nodes already soaking finish and promote.
+	Paused bool `json:"paused,omitempty"`
+	// Windows are when a trial (and the kubelet restart it brings) may
+	// start; none means any time.
+	Windows []Window `json:"windows,omitempty"`
+}
+
+// Window is a recurring maintenance window: Start to End ("HH:MM", End
+// before Start wraps past midnight) on Days (empty: every day), in TimeZone
+// (an IANA name, default UTC).
+type Window struct {
+	Days     []string `json:"days,omitempty"`
+	Start    string   `json:"start"`
+	End      string   `json:"end"`
+	TimeZone string   `json:"timeZone,omitempty"`
 }
 
 // NodeConfigStatus is what the reconciler observed.
@@ -92,6 +115,9 @@ type NodeConfigStatus struct {
 	Active             int32              `json:"active"`
 	RolledBack         int32              `json:"rolledBack"`
 	Failing            int32              `json:"failing"`
+	// NextWindow is when the next maintenance window opens, while none is
+	// open and nodes wait for one.
+	NextWindow *metav1.Time `json:"nextWindow,omitempty"`
 	// RolledBackVersions names, per config version, the nodes that rolled
 	// back from it. A halt is a fact about a version, so it is kept here,
 	// where neither a node's deletion nor a reconciler fail-over loses it.

@@ -1,0 +1,157 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"nodeconfig.io/test/proc"
+)
+
+// Pausing mid-rollout starts no new trial while the node already soaking
+// finishes and promotes; resuming continues the rollout to every node.
+func TestPausedRolloutStartsNoTrialAndResumeContinues(t *testing.T) {
+	e := newEnv(t, 3)
+	v1 := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	rollout := map[string]any{"maxInTrial": int64(1)}
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(1), "rollout": rollout})
+	for _, n := range e.nodes {
+		e.waitNode(n.Name, 30*time.Second, "v1 promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+			return rv(st.LastKnownGood) == v1.ResourceVersion
+		})
+	}
+
+	// A new version with a long soak: the first node takes it and soaks.
+	v2 := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: 21\n"})
+	e.setSpec(map[string]any{"soakSeconds": int64(4), "rollout": rollout})
+	first := -1
+	if err := proc.WaitFor(20*time.Second, func() (bool, error) {
+		for i := range e.nodes {
+			if e.records(i).GetActive().GetSource().GetResourceVersion() == v2.ResourceVersion {
+				first = i
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no node started the v2 trial: %v", err)
+	}
+	e.setSpec(map[string]any{"soakSeconds": int64(4), "rollout": map[string]any{"maxInTrial": int64(1), "paused": true}})
+
+	// The soaking node finishes (its own records say so), and the
+	// NodeConfig, synced at the paused generation, says it is paused.
+	e.waitNode(e.nodes[first].Name, 20*time.Second, "v2 promoted while paused", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		return rv(st.LastKnownGood) == v2.ResourceVersion
+	})
+	e.waitHeld(e.label, "Paused", 20*time.Second)
+	for i, n := range e.nodes {
+		if i == first {
+			continue
+		}
+		if a := e.records(i).GetAssigned().GetSource().GetResourceVersion(); a == v2.ResourceVersion {
+			t.Fatalf("node %s was assigned v2 while the rollout was paused", n.Name)
+		}
+		if got, _ := n.Target(); got != goodYAML {
+			t.Fatalf("node %s target %q changed while paused", n.Name, got)
+		}
+	}
+
+	e.setSpec(map[string]any{"soakSeconds": int64(1), "rollout": map[string]any{"maxInTrial": int64(1), "paused": false}})
+	for _, n := range e.nodes {
+		e.waitNode(n.Name, 30*time.Second, "v2 promoted after resume", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+			return rv(st.LastKnownGood) == v2.ResourceVersion
+		})
+	}
+}
+
+// Outside every maintenance window no node starts a trial (its file and
+// records stay as they were) and the status says when the next window
+// opens; a window that includes now lets the rollout through.
+func TestOutsideMaintenanceWindowNothingRestarts(t *testing.T) {
+	e := newEnv(t, 2)
+	v1 := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(1), "rollout": map[string]any{"maxInTrial": "100%"}})
+	for _, n := range e.nodes {
+		e.waitNode(n.Name, 30*time.Second, "v1 promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+			return rv(st.LastKnownGood) == v1.ResourceVersion
+		})
+	}
+	before := []string{e.records(0).String(), e.records(1).String()}
+
+	// A daily window that opened 4 hours ago and closed 2 hours ago (UTC):
+	// it opens next in 20 hours.
+	now := time.Now().UTC()
+	hhmm := func(t time.Time) string { return fmt.Sprintf("%02d:%02d", t.Hour(), t.Minute()) }
+	closed := []any{map[string]any{"start": hhmm(now.Add(-4 * time.Hour)), "end": hhmm(now.Add(-2 * time.Hour)), "timeZone": "UTC"}}
+	e.setSpec(map[string]any{"soakSeconds": int64(1), "rollout": map[string]any{"maxInTrial": "100%", "windows": closed}})
+	v2 := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: 22\n"})
+	st := e.waitHeld(e.label, "OutsideMaintenanceWindow", 20*time.Second)
+	next, _, _ := unstructured.NestedString(st, "nextWindow")
+	opens, err := time.Parse(time.RFC3339, next)
+	if err != nil {
+		t.Fatalf("status.nextWindow %q: %v", next, err)
+	}
+	if want := now.Add(20 * time.Hour).Truncate(time.Minute); opens.Sub(want).Abs() > 2*time.Minute {
+		t.Fatalf("status.nextWindow %v, want about %v", opens, want)
+	}
+	for i, n := range e.nodes {
+		if after := e.records(i).String(); after != before[i] {
+			t.Fatalf("node %s changed outside the window:\nbefore %s\nafter  %s", n.Name, before[i], after)
+		}
+		if got, _ := n.Target(); got != goodYAML {
+			t.Fatalf("node %s target %q changed outside the window", n.Name, got)
+		}
+	}
+
+	open := []any{map[string]any{"start": hhmm(now.Add(-time.Hour)), "end": hhmm(now.Add(2 * time.Hour)), "timeZone": "UTC"}}
+	e.setSpec(map[string]any{"soakSeconds": int64(1), "rollout": map[string]any{"maxInTrial": "100%", "windows": open}})
+	for _, n := range e.nodes {
+		e.waitNode(n.Name, 30*time.Second, "v2 active inside the window", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+			return rv(st.Active) == v2.ResourceVersion
+		})
+	}
+}
+
+// setSpec replaces the test NodeConfig's spec (source "cfg", the test's
+// nodes) with extra on top, retrying on the reconciler's status writes.
+func (e *env) setSpec(extra map[string]any) {
+	e.t.Helper()
+	spec := map[string]any{
+		"nodeSelector": map[string]any{"matchLabels": map[string]any{"e2e": e.label}},
+		"source":       map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}},
+	}
+	for k, v := range extra {
+		spec[k] = v
+	}
+	if err := e.tryNodeConfig(e.label, spec); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// waitHeld waits until the NodeConfig's status, computed at its current
+// generation, says no trial starts for reason, and returns the status.
+func (e *env) waitHeld(name, reason string, timeout time.Duration) map[string]any {
+	e.t.Helper()
+	var last map[string]any
+	err := proc.WaitFor(timeout, func() (bool, error) {
+		obj, err := e.dyn.Resource(nodeConfigs).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last, _, _ = unstructured.NestedMap(obj.Object, "status")
+		observed, _, _ := unstructured.NestedInt64(obj.Object, "status", "observedGeneration")
+		conds, _, _ := unstructuredConditions(obj.Object)
+		c := meta.FindStatusCondition(conds, "Progressing")
+		return observed == obj.GetGeneration() && c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason, nil
+	})
+	if err != nil {
+		e.t.Fatalf("NodeConfig %s: not held for %s at its generation: %v (status %v)", name, reason, err, last)
+	}
+	return last
+}
