@@ -19,6 +19,8 @@ func TestAssignedBecomesLastKnownGoodAfterSoak(t *testing.T) {
 	e.nodeConfig(e.label, map[string]any{
 		"source":      map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}},
 		"soakSeconds": 3,
+		// Both nodes on trial together (the default is 10 %: one at a time).
+		"rollout": map[string]any{"maxInTrial": "100%"},
 	}, nil)
 	for _, n := range e.nodes {
 		e.waitNode(n.Name, 20*time.Second, "soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
