@@ -31,6 +31,9 @@ func TestInvalidNodeConfigIsRefusedByTheAPIServer(t *testing.T) {
 		"missing key":       {"nodeSelector: {}\nsource: {configMap: {namespace: a, name: b}}", "spec.source.configMap.key: Required value"},
 		"maxInTrial 0%":     {"nodeSelector: {}\nrollout: {maxInTrial: 0%}", "maxInTrial must be"},
 		"maxInTrial 0":      {"nodeSelector: {}\nrollout: {maxInTrial: 0}", "maxInTrial must be"},
+		"window day":        {"nodeSelector: {}\nrollout: {windows: [{days: [Funday], start: '01:00', end: '02:00'}]}", "Unsupported value"},
+		"window time":       {"nodeSelector: {}\nrollout: {windows: [{start: '25:00', end: '02:00'}]}", "should match"},
+		"empty window":      {"nodeSelector: {}\nrollout: {windows: [{start: '02:00', end: '02:00'}]}", "start and end must differ"},
 		"negative failures": {"nodeSelector: {}\nrollout: {maxFailures: -1}", "spec.rollout.maxFailures"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -52,8 +55,8 @@ func TestInvalidNodeConfigIsRefusedByTheAPIServer(t *testing.T) {
 	}
 	defer kubectl(t, "", "delete", "nodeconfig", "valid-table", "--wait=false")
 	out, err = kubectl(t, "", "get", "nodeconfig", "valid-table", "-o", "jsonpath={.spec.validator} {.spec.soakSeconds} {.spec.rollout.maxInTrial} {.spec.rollout.maxFailures}")
-	if err != nil || out != "yaml 600 100% 1" {
-		t.Fatalf("defaults = %q (%v), want \"yaml 600 100%% 1\"", out, err)
+	if err != nil || out != "yaml 600 10% 1" {
+		t.Fatalf("defaults = %q (%v), want \"yaml 600 10%% 1\"", out, err)
 	}
 	out, err = kubectl(t, "", "get", "nodeconfigs")
 	if err != nil || !strings.Contains(out, "SOURCE") || !strings.Contains(out, "valid-table") || !strings.Contains(out, "cm") {
