@@ -65,6 +65,9 @@ func Open(o Options) (*Checkpointd, error) {
 		lo.Consumer = o.Consumer
 	}
 	svc := lifecycle.New(lo)
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(lifecycle.RecordsCollector{Store: st})
+	}
 	if o.Consumer != nil {
 		o.Consumer.Node = lifecycle.ConsumerNode{Service: svc}
 	}

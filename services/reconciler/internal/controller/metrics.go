@@ -1,6 +1,11 @@
 package controller
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+)
 
 // Metrics are the reconciler's Prometheus series. Create them once per
 // process: a replica may lead, lose the lease and lead again.
@@ -11,6 +16,11 @@ type Metrics struct {
 	nodesByState *prometheus.GaugeVec
 	rollbacks    prometheus.Counter
 	promotions   prometheus.Counter
+	// Per NodeConfig, what its status says, for alerts: nodes by state, a
+	// halted rollout, a rollout held (paused, outside its windows).
+	rolloutNodes  *prometheus.GaugeVec
+	rolloutHalted *prometheus.GaugeVec
+	rolloutHeld   *prometheus.GaugeVec
 }
 
 // NewMetrics registers the series on reg (nil: not registered).
@@ -22,9 +32,43 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		nodesByState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nodeconfig_reconciler_nodes", Help: "Nodes by lifecycle state."}, []string{"state"}),
 		rollbacks:    prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeconfig_reconciler_rollbacks_total", Help: "Rollbacks seen after an activation."}),
 		promotions:   prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeconfig_reconciler_promotions_total", Help: "Configs promoted to last-known-good."}),
+		rolloutNodes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nodeconfig_rollout_nodes",
+			Help: "Nodes a NodeConfig selects, by state (selected, waiting, soaking, active, rolled_back, failing), as its status says."}, []string{"nodeconfig", "state"}),
+		rolloutHalted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nodeconfig_rollout_halted",
+			Help: "1 while a NodeConfig's current version is halted by maxFailures rollbacks."}, []string{"nodeconfig"}),
+		rolloutHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nodeconfig_rollout_held",
+			Help: "1 while nodes of a NodeConfig wait because it is paused, outside its maintenance windows, or its windows do not parse (reason)."}, []string{"nodeconfig", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncs, m.syncSeconds, m.queueDepth, m.nodesByState, m.rollbacks, m.promotions)
+		reg.MustRegister(m.syncs, m.syncSeconds, m.queueDepth, m.nodesByState, m.rollbacks, m.promotions, m.rolloutNodes, m.rolloutHalted, m.rolloutHeld)
 	}
 	return m
+}
+
+// observeNodeConfig sets a NodeConfig's series from the status it was
+// just given.
+func (m *Metrics) observeNodeConfig(name string, st v1alpha1.NodeConfigStatus) {
+	for state, n := range map[string]int32{"selected": st.Selected, "waiting": st.Waiting, "soaking": st.Soaking,
+		"active": st.Active, "rolled_back": st.RolledBack, "failing": st.Failing} {
+		m.rolloutNodes.WithLabelValues(name, state).Set(float64(n))
+	}
+	halted := 0.0
+	if d := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded); d != nil && d.Reason == v1alpha1.ReasonRolloutHalted {
+		halted = 1
+	}
+	m.rolloutHalted.WithLabelValues(name).Set(halted)
+	m.rolloutHeld.DeletePartialMatch(prometheus.Labels{"nodeconfig": name})
+	if p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing); p != nil {
+		switch p.Reason {
+		case v1alpha1.ReasonPaused, v1alpha1.ReasonOutsideWindow, v1alpha1.ReasonInvalidWindow:
+			m.rolloutHeld.WithLabelValues(name, p.Reason).Set(1)
+		}
+	}
+}
+
+// forgetNodeConfig drops the series of a NodeConfig that is gone.
+func (m *Metrics) forgetNodeConfig(name string) {
+	for _, v := range []*prometheus.GaugeVec{m.rolloutNodes, m.rolloutHalted, m.rolloutHeld} {
+		v.DeletePartialMatch(prometheus.Labels{"nodeconfig": name})
+	}
 }

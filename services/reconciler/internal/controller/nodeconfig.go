@@ -25,6 +25,7 @@ import (
 func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Duration, error) {
 	obj, err := c.o.NodeConfigs.Get(name)
 	if apierrors.IsNotFound(err) {
+		c.metrics.forgetNodeConfig(name)
 		return 0, nil
 	}
 	if err != nil {
@@ -49,6 +50,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 		return 0, nil
 	}
 	status := c.computeStatus(nc)
+	c.metrics.observeNodeConfig(nc.Name, status)
 	// Outside every window, look again when the next one opens: the
 	// status write then wakes the waiting nodes.
 	var requeue time.Duration

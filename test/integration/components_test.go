@@ -1,0 +1,59 @@
+package integration
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"nodeconfig.io/test/proc"
+)
+
+// The optional components (cert-manager, Prometheus Operator) build into
+// an overlay of the install and apply server-side, in the install's
+// namespace, once their CRDs exist (written fixtures, see testdata).
+func TestOptionalComponentsBuildAndApply(t *testing.T) {
+	root, err := proc.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testdata := filepath.Join(root, "test", "integration", "testdata")
+	overlay := filepath.Join(testdata, "components")
+	built, err := kubectl(t, "", "kustomize", overlay)
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, built)
+	}
+	for _, kind := range []string{"Issuer", "Certificate", "PodMonitor", "PrometheusRule", "DaemonSet"} {
+		if !strings.Contains(built, "\nkind: "+kind+"\n") {
+			t.Errorf("the overlay has no %s", kind)
+		}
+	}
+	if out, err := kubectl(t, "", "apply", "--server-side", "-f", filepath.Join(testdata, "component-crds.yaml")); err != nil {
+		t.Fatalf("fixture CRDs: %v\n%s", err, out)
+	}
+	for _, crd := range []string{"issuers.cert-manager.io", "certificates.cert-manager.io", "podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"} {
+		if out, err := kubectl(t, "", "wait", "--for=condition=Established", "--timeout=30s", "crd/"+crd); err != nil {
+			t.Fatalf("CRD %s: %v\n%s", crd, err, out)
+		}
+	}
+	// The namespace first, as in TestDeployInstallsWithLeastPrivilege.
+	if out, err := kubectl(t, "", "apply", "--server-side", "-f", filepath.Join(root, "deploy", "namespace.yaml")); err != nil {
+		t.Fatalf("namespace: %v\n%s", err, out)
+	}
+	if out, err := kubectl(t, built, "apply", "--server-side", "--force-conflicts", "--field-manager", "components-test", "-f", "-"); err != nil {
+		t.Fatalf("server-side apply: %v\n%s", err, out)
+	}
+	for _, obj := range []string{"issuer/nodeconfig-agent-ca", "certificate/nodeconfig-agent-tls", "podmonitor/nodeconfig-agent", "podmonitor/nodeconfig-reconciler", "prometheusrule/nodeconfig"} {
+		if out, err := kubectl(t, "", "get", "-n", "nodeconfig-system", obj); err != nil {
+			t.Errorf("%s not in the install's namespace: %v\n%s", obj, err, out)
+		}
+	}
+	rules, err := kubectl(t, "", "get", "-n", "nodeconfig-system", "prometheusrule/nodeconfig", "-o", "jsonpath={.spec.groups[0].rules[*].alert}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, alert := range []string{"NodeConfigRolloutHalted", "NodeConfigNodesRolledBack", "NodeConfigCheckpointdUnreachable", "NodeConfigSoakNeverEnds"} {
+		if !strings.Contains(rules, alert) {
+			t.Errorf("alert %s missing from the applied rule (%s)", alert, rules)
+		}
+	}
+}
