@@ -86,8 +86,10 @@ type Controller struct {
 
 	mu    sync.Mutex
 	nodes map[string]*NodeInfo
-	// departing indexes the nodes by the NodeConfig they leave.
+	// departing indexes the nodes by the NodeConfig they leave, trials
+	// the nodes on trial or rolled back by the NodeConfig they are on.
 	departing map[string]map[string]struct{}
+	trials    map[string]*trialIndex
 	// allSeen latches once every Node was synced since the start.
 	allSeen atomic.Bool
 
@@ -110,8 +112,10 @@ type NodeInfo struct {
 	Failures      int
 	Backoff       time.Duration
 	NextReconcile time.Time
-	// Admitted marks a node pacing let start a trial that has not ended.
-	Admitted bool
+	// Admitted marks a node pacing let start a trial (or a departure) that
+	// has not ended; AdmittedFor names the NodeConfig whose trial it is.
+	Admitted    bool
+	AdmittedFor string
 	// DepartingFrom names the NodeConfig the node is leaving: its reset
 	// waits for, or holds, a place in that NodeConfig's trial.
 	DepartingFrom string
@@ -119,6 +123,8 @@ type NodeInfo struct {
 	// generation its last sync was computed for: a NodeConfig's status
 	// observes a generation only once all its nodes were synced at it.
 	Generations map[types.UID]int64
+	// indexed is where admission counts the node (trials.go).
+	indexed indexed
 }
 
 // New builds a controller.
@@ -150,6 +156,7 @@ func New(o Options) *Controller {
 		metrics:    o.Metrics,
 		nodes:      map[string]*NodeInfo{},
 		departing:  map[string]map[string]struct{}{},
+		trials:     map[string]*trialIndex{},
 		selections: map[selectorKey]*selection{},
 	}
 }

@@ -45,16 +45,15 @@ func (c *Controller) departFor(node string) func(from *nodeconfigv1.ConfigSource
 			return policy.Wait, soak
 		}
 		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected)+len(c.departing[nc.Name]))
-		inTrial := c.departuresInTrialLocked(nc.Name, node)
-		for _, name := range selected {
-			if n := c.nodes[name]; n != nil && name != node && (n.Admitted || n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING) {
-				inTrial++
-			}
-		}
+		inTrial := c.departuresInTrialLocked(nc.Name, node) + c.onTrialLocked(nc.Name, node)
 		if inTrial >= limit {
 			return policy.Wait, soak
 		}
-		c.infoLocked(node).Admitted = true
+		// A departure's place is counted by departuresInTrialLocked, not as
+		// a trial of nc.
+		info := c.infoLocked(node)
+		info.Admitted, info.AdmittedFor = true, ""
+		c.reindexLocked(info)
 		return policy.Admitted, soak
 	}
 }

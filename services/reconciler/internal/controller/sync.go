@@ -173,7 +173,7 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func(
 		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected)+len(c.departing[nc.Name]))
 		// Counted before the wait for unseen nodes: a halt is durable and
 		// holds whatever the nodes not seen yet say.
-		if pacing.Halted(len(c.rolledBackLocked(nc, v, selected)), pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)) {
+		if pacing.Halted(c.haltCountLocked(nc, v), pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)) {
 			return policy.Halted
 		}
 		if held.reason != "" {
@@ -184,25 +184,13 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func(
 			// a reset that left nc.
 			return policy.Wait
 		}
-		inTrial := c.departuresInTrialLocked(nc.Name, node)
-		for _, name := range selected {
-			n := c.nodes[name]
-			if n == nil {
-				if name == node {
-					continue
-				}
-				// Not seen since this reconciler started: it may be on trial.
-				// Admit nobody until every selected node was synced once.
-				return policy.Wait
-			}
-			if name != node && (n.Admitted || n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING) {
-				inTrial++
-			}
-		}
+		inTrial := c.departuresInTrialLocked(nc.Name, node) + c.onTrialLocked(nc.Name, node)
 		if inTrial >= limit {
 			return policy.Wait
 		}
-		c.infoLocked(node).Admitted = true
+		info := c.infoLocked(node)
+		info.Admitted, info.AdmittedFor = true, nc.Name
+		c.reindexLocked(info)
 		return policy.Admitted
 	}
 }
@@ -273,8 +261,9 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 		nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED:
 	default:
 		// The trial, if any, is over.
-		info.Admitted = false
+		info.Admitted, info.AdmittedFor = false, ""
 	}
+	c.reindexLocked(info)
 	next := info.Backoff
 	if res.Err == nil {
 		switch {
@@ -353,6 +342,8 @@ func (c *Controller) forgetNode(name string) {
 	if info != nil {
 		departed = info.DepartingFrom
 		c.departLocked(name, "")
+		info.Admitted, info.AdmittedFor, info.State = false, "", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED
+		c.reindexLocked(info)
 	}
 	delete(c.nodes, name)
 	c.mu.Unlock()
