@@ -4,6 +4,7 @@ go 1.26.0
 
 replace (
 	nodeconfig.io/proto => ../../proto
+	nodeconfig.io/services/configcheck => ../configcheck
 	nodeconfig.io/services/servekit => ../servekit
 )
 
@@ -18,6 +19,7 @@ require (
 	k8s.io/client-go v0.36.3
 	k8s.io/kubelet v0.36.3
 	nodeconfig.io/proto v0.0.0
+	nodeconfig.io/services/configcheck v0.0.0
 	nodeconfig.io/services/servekit v0.0.0
 	sigs.k8s.io/yaml v1.6.0
 )

@@ -82,6 +82,7 @@ func run() error {
 	agentServerName := fs.String("agent-tls-server-name", "nodeconfig-agent.nodeconfig-system.svc", "name the agents' certificate is checked against")
 	agentAudience := fs.String("agent-token-audience", "", "audience of the token sent to each agent, with {node} in it (e.g. nodeconfig-agent/{node}): each node's token is refused by every other node; empty sends none")
 	agentAccount := fs.String("agent-token-service-account", "", "NAMESPACE/NAME of the ServiceAccount whose tokens the reconciler requests for the agents (its own)")
+	nodeValidationOnly := fs.Bool("node-validation-only", false, "do not validate a new version before assigning it; leave validation to the nodes (on activation), e.g. while their validator is newer than this reconciler's")
 	nodeEvents := fs.String("node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
 	maxConns := fs.Int("agent-max-connections", 256, "most agent connections kept open (least recently used closed first)")
 	workers := fs.Int("workers", 16, "concurrent node syncs (each mostly waits on its agent, so more than the cores)")
@@ -184,7 +185,7 @@ func run() error {
 		c := controller.New(controller.Options{
 			Kube: kube, Dynamic: dyn,
 			Nodes: nodes.Lister(), ConfigMaps: cms.Lister(), NodeConfigs: ncs.Lister(), Synced: synced,
-			Agents: agentPool, Recorder: recorder, NormalNodeEvents: *nodeEvents == "all", Metrics: metrics, Log: log,
+			Agents: agentPool, Recorder: recorder, NormalNodeEvents: *nodeEvents == "all", NodeValidationOnly: *nodeValidationOnly, Metrics: metrics, Log: log,
 			BaseDelay: *baseDelay, MaxDelay: *maxDelay,
 		})
 		nodeH, cmH, ncH, podH := c.Handlers()

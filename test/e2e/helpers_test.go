@@ -105,9 +105,12 @@ func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
 func (e *env) startReconciler(identity string, args ...string) *sim.Reconciler {
 	e.t.Helper()
 	// Each test has its own lease so that reconcilers of other tests never
-	// compete with this one.
+	// compete with this one. The suite drives the nodes' own validation
+	// (rollbacks, halts), which the reconciler's central validation would
+	// pre-empt: it is on only where a test asks for it
+	// (TestCentralValidationRefusesBeforeAnyNode).
 	args = append([]string{"--leader-elect-name", "nc-" + e.label, "--leader-elect-lease-duration", "4s",
-		"--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms"}, args...)
+		"--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms", "--node-validation-only"}, args...)
 	r, err := sim.StartReconciler(e.ctx, e.c, e.root, identity, args...)
 	if err != nil {
 		e.t.Fatal(err)

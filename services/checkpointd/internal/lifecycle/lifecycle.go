@@ -23,6 +23,7 @@ import (
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
 	"nodeconfig.io/services/checkpointd/internal/validate"
+	"nodeconfig.io/services/configcheck"
 )
 
 // DefaultSoakSeconds is the seeds' 10-minute soak.
@@ -504,7 +505,7 @@ func (s *Service) repairLocked() (bool, error) {
 	active := recs.GetActive().GetSource()
 	content, err := s.content(active)
 	if err != nil {
-		if _, rbErr := s.rollBackLocked(validate.ReasonLoadFailed, fmt.Sprintf("active %s no longer loads: %v", describe(active), err)); rbErr != nil {
+		if _, rbErr := s.rollBackLocked(configcheck.ReasonLoadFailed, fmt.Sprintf("active %s no longer loads: %v", describe(active), err)); rbErr != nil {
 			return false, rbErr
 		}
 		return true, nil
@@ -571,14 +572,14 @@ func (s *Service) clearWriteFailedLocked() error {
 func (s *Service) load(src *nodeconfigv1.ConfigSource, v nodeconfigv1.Validator) ([]byte, string, error) {
 	p, err := s.store.GetPayload(src.GetUid(), src.GetResourceVersion())
 	if err != nil {
-		return nil, validate.ReasonLoadFailed, err
+		return nil, configcheck.ReasonLoadFailed, err
 	}
 	value, ok := p.Data[src.GetKey()]
 	if !ok {
-		return nil, validate.ReasonLoadFailed, fmt.Errorf("checkpoint has no key %q", src.GetKey())
+		return nil, configcheck.ReasonLoadFailed, fmt.Errorf("checkpoint has no key %q", src.GetKey())
 	}
-	if err := validate.Payload(v, []byte(value)); err != nil {
-		return nil, validate.ReasonValidationFailed, err
+	if err := configcheck.Payload(v, []byte(value)); err != nil {
+		return nil, configcheck.ReasonValidationFailed, err
 	}
 	return []byte(value), "", nil
 }
@@ -635,7 +636,7 @@ func describe(src *nodeconfigv1.ConfigSource) string {
 }
 
 func reasonVerb(reason string) string {
-	if reason == validate.ReasonValidationFailed {
+	if reason == configcheck.ReasonValidationFailed {
 		return "failed validation"
 	}
 	return "failed to load"

@@ -1,3 +1,5 @@
+// Package validate holds checkpointd's pure checks of requests: sources,
+// ConfigMap keys, sizes and error reasons.
 package validate
 
 import (

@@ -60,6 +60,9 @@ type Options struct {
 	// BaseDelay and MaxDelay bound the per-node exponential retry (seed
 	// 002: 2 s doubling, capped at 2 min).
 	BaseDelay, MaxDelay time.Duration
+	// NodeValidationOnly skips the central validation of each new version
+	// (verdict.go): the nodes alone validate, on activation.
+	NodeValidationOnly bool
 	// RPCTimeout bounds one sync's calls to a node's checkpointd.
 	RPCTimeout time.Duration
 	Now        func() time.Time
@@ -92,6 +95,8 @@ type Controller struct {
 	trials    map[string]*trialIndex
 	// allSeen latches once every Node was synced since the start.
 	allSeen atomic.Bool
+	// verdicts are the central validator's, per version (verdict.go).
+	verdicts verdicts
 
 	selMu      sync.Mutex
 	selections map[selectorKey]*selection

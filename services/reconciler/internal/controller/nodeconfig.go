@@ -76,7 +76,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 	}
 	// One Warning per distinct problem with the NodeConfig itself.
 	if d := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionDegraded); d != nil &&
-		(d.Reason == v1alpha1.ReasonInvalidSelector || d.Reason == v1alpha1.ReasonInvalidReconcileInterval || d.Reason == v1alpha1.ReasonInvalidWindow) &&
+		(d.Reason == v1alpha1.ReasonInvalidSelector || d.Reason == v1alpha1.ReasonInvalidReconcileInterval || d.Reason == v1alpha1.ReasonInvalidWindow || d.Reason == v1alpha1.ReasonConfigRefused) &&
 		(prevDegraded == nil || prevDegraded.Reason != d.Reason || prevDegraded.Message != d.Message) && c.o.Recorder != nil {
 		c.o.Recorder.Event(nodeConfigRef(nc), corev1.EventTypeWarning, d.Reason, d.Message)
 	}
@@ -151,6 +151,7 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 	maxFailures := pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)
 	halted := pacing.Halted(failedCurrent, maxFailures) || (anyHalted && !haveCurrent)
 	done := int(st.Active) == len(selected) && unknown == 0 && behind == 0
+	refused := false
 	switch {
 	case conflicts > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonSelectorConflict,
@@ -162,6 +163,11 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 	case st.RolledBack > 0 || st.Failing > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, "NodesFailing",
 			fmt.Sprintf("%d node(s) rolled back, %d failing with retries", st.RolledBack, st.Failing))
+	case haveCurrent && c.knownRefusal(current) != "":
+		refused = true
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonConfigRefused,
+			fmt.Sprintf("resourceVersion %s of ConfigMap %s/%s key %s fails validator %s: %s; it is assigned to no node, and every node keeps its config",
+				current.resourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.key, current.validator, c.knownRefusal(current)))
 	case reconcileIntervalErr(nc) != nil:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonInvalidReconcileInterval, reconcileIntervalErr(nc).Error())
 	case held.reason == v1alpha1.ReasonInvalidWindow:
@@ -169,7 +175,11 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, "AsExpected", "no node rolled back or failing")
 	}
-	if done {
+	if refused {
+		d := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded)
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonConfigRefused, d.Message)
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonConfigRefused, d.Message)
+	} else if done {
 		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, "RolloutComplete", fmt.Sprintf("all %d selected node(s) use this config", len(selected)))
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, "AllNodesActive", fmt.Sprintf("all %d selected node(s) have this config active and last-known-good", len(selected)))
 	} else {

@@ -154,6 +154,12 @@ func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) poli
 		return early(fmt.Sprintf("ConfigMap %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key))
 	}
 	d.Source = &nodeconfigv1.ConfigSource{Namespace: cm.Namespace, Name: cm.Name, Uid: string(cm.UID), ResourceVersion: cm.ResourceVersion, Key: ref.Key}
+	if c.refusal(versionOf(d.Source, d.Validator), d.Validator, cm.Data[ref.Key]) != "" {
+		// Refused centrally: no node is assigned it, every node stays on
+		// what it runs (and a soaked one is still promoted); the
+		// NodeConfig says why.
+		return policy.Desired{Mode: policy.ModeLeave}
+	}
 	d.Data = cm.Data
 	d.Admit = c.pace(nc, node.Name, versionOf(d.Source, d.Validator))
 	return d

@@ -44,6 +44,9 @@ const (
 	// ReasonInvalidReconcileInterval: the reconcile-interval annotation is
 	// not a whole number of seconds >= 0; the default is used meanwhile.
 	ReasonInvalidReconcileInterval = "InvalidReconcileInterval"
+	// ReasonConfigRefused: the current payload fails the NodeConfig's
+	// validator in the reconciler; it is assigned to no node.
+	ReasonConfigRefused = "ConfigRefused"
 	// ReasonPaused: spec.rollout.paused holds new trials.
 	ReasonPaused = "Paused"
 	// ReasonOutsideWindow: no maintenance window is open; the status says

@@ -1,6 +1,8 @@
-// Package validate holds checkpointd's pure checks: of requests (sources,
-// ConfigMap keys, sizes) and of payloads (the validators run on activation).
-package validate
+// Package configcheck holds the validators a NodeConfig names (yaml, json,
+// kubelet, none): the reconciler runs them on a new version before it
+// assigns it to any node, and each node runs them again on activation,
+// where it can also see its own files.
+package configcheck
 
 import (
 	"encoding/json"
