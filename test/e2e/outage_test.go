@@ -26,7 +26,8 @@ func TestAPIServerOutageMidRolloutLosesNothing(t *testing.T) {
 	}
 	e := newEnv(t, 3, "--node-events=all")
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
-	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(10)})
+	// All three on trial together (the default is 10 %: one at a time).
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(10), "rollout": map[string]any{"maxInTrial": "100%"}})
 	for _, n := range e.nodes {
 		e.waitNode(n.Name, 30*time.Second, "soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 			return rv(st.Active) == cm.ResourceVersion && reasonIs(c, "Soaking")
