@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -143,5 +144,86 @@ func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
 	}
 	if _, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err == nil {
 		t.Fatal("agent patched a Node spec")
+	}
+	// Of its own Node, only its condition and its annotation.
+	refusedOwn(t, agent, "own-node")
+
+	// The policy does not depend on the namespace the install is in: an
+	// agent ServiceAccount of another namespace, given the same rights, is
+	// held to the same rules.
+	if _, err := cluster.Shared.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeconfig-agent-elsewhere"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "nodeconfig-agent"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "nodeconfig-agent", Namespace: "nodeconfig-elsewhere"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Shared.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), "nodeconfig-agent-elsewhere", metav1.DeleteOptions{})
+	})
+	elsewhere := impersonate(t, "system:serviceaccount:nodeconfig-elsewhere:nodeconfig-agent", "own-node")
+	if err := proc.WaitFor(20*time.Second, func() (bool, error) {
+		_, err := elsewhere.CoreV1().Nodes().Patch(ctx, "own-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("an agent installed elsewhere could not write its own condition: %v", err)
+	}
+	if _, err := elsewhere.CoreV1().Nodes().Patch(ctx, "other-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err == nil {
+		t.Fatal("an agent installed in another namespace wrote another node")
+	}
+	refusedOwn(t, elsewhere, "own-node")
+
+	// The reconciler patches only its abandon mark.
+	reconciler := impersonate(t, "system:serviceaccount:nodeconfig-system:nodeconfig-reconciler", "")
+	if _, err := reconciler.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"metadata":{"annotations":{"nodeconfig.io/abandoned-by":"nc"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("the reconciler could not set its abandon mark: %v", err)
+	}
+	for what, p := range map[string]string{
+		"a label":            `{"metadata":{"labels":{"x":"y"}}}`,
+		"another annotation": `{"metadata":{"annotations":{"other":"v"}}}`,
+		"the spec":           `{"spec":{"unschedulable":true}}`,
+	} {
+		_, err := reconciler.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(p), metav1.PatchOptions{})
+		if err == nil || !strings.Contains(err.Error(), "may change only") {
+			t.Errorf("the reconciler changed %s of a Node: %v", what, err)
+		}
+	}
+}
+
+// impersonate is a client acting as user, with a token bound to node
+// (if any), as the API server sees a projected ServiceAccount token.
+func impersonate(t *testing.T, user, node string) kubernetes.Interface {
+	t.Helper()
+	parts := strings.Split(user, ":")
+	cfg := rest.CopyConfig(cluster.Shared.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: user,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + parts[2], "system:authenticated"},
+	}
+	if node != "" {
+		cfg.Impersonate.Extra = map[string][]string{"authentication.kubernetes.io/node-name": {node}}
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// refusedOwn checks that an agent cannot change anything of its own Node
+// but its condition and its annotation, through the status subresource.
+func refusedOwn(t *testing.T, agent kubernetes.Interface, node string) {
+	t.Helper()
+	for what, p := range map[string]string{
+		"a label":            `{"metadata":{"labels":{"x":"y"}}}`,
+		"another annotation": `{"metadata":{"annotations":{"other":"v"}}}`,
+		"another condition":  `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"X","message":"m"}]}}`,
+		"capacity":           `{"status":{"capacity":{"pods":"999"}}}`,
+		"addresses":          `{"status":{"addresses":[{"type":"InternalIP","address":"10.9.9.9"}]}}`,
+	} {
+		_, err := agent.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, []byte(p), metav1.PatchOptions{}, "status")
+		if err == nil || !strings.Contains(err.Error(), "may") {
+			t.Errorf("the agent changed %s of its own Node: %v", what, err)
+		}
 	}
 }
