@@ -35,7 +35,7 @@ IMAGE_TAG  ?= v0.1.0
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
-.PHONY: help tools testbin nodebin node-packages generate build lint test bench fleet run cluster clean fuzz images
+.PHONY: help tools testbin nodebin node-packages generate build lint test bench fleet run cluster clean fuzz images build-race
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -93,10 +93,23 @@ lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code
 	@hack/check-generated.sh
 	@hack/check-breaking.sh
 
-test: lint build testbin nodebin node-packages images ## lint, then every unit and integration test, the real node, and one pass of each benchmark
+build-race: testbin ## the three services built with the race detector into ./bin/race (with the control plane linked in)
+	@mkdir -p $(BIN)/race
+	go build -race -o $(BIN)/race/ $(addprefix nodeconfig.io/services/,$(SERVICES))
+	@for b in etcd kube-apiserver; do ln -sf ../$$b $(BIN)/race/$$b; done
+
+# The e2e tests of the race pass: the reconciler's workers racing over one
+# NodeConfig (pacing, halts, departures, pause), fail-over, and TLS with tokens.
+RACE_E2E := TestFleetMaxInTrialNeverExceeded|TestFleetMaxFailuresHaltsAfterFirstRollback|TestRolloutHaltSurvivesNodeDeletionSpecEditAndFailover|TestSelectorChangeResetsArePacedAcrossAFailOver|TestPausedRolloutStartsNoTrialAndResumeContinues|TestReconcilerDrivesAuthenticatedAgentOverTLS|TestCentralValidationRefusesBeforeAnyNode
+
+test: lint build build-race testbin nodebin node-packages images ## lint, then every unit and integration test, the race pass, the real node, and one pass of each benchmark
 	go test -run '^$$' -bench . -benchtime 1x nodeconfig.io/services/... nodeconfig.io/test/e2e
 	go run nodeconfig.io/test/cmd/fleet -nodes 20
 	go test $(TEST_FLAGS) $$(go list $(PACKAGES) | grep -v /test/realnode)
+	@# The race pass: the services' unit tests, then e2e tests driving binaries built with -race
+	@# (a race report in any of their logs fails the test).
+	go test -race $(TEST_FLAGS) nodeconfig.io/proto/... nodeconfig.io/services/...
+	NODECONFIG_BIN=$(BIN)/race go test $(TEST_FLAGS) -run '$(RACE_E2E)' nodeconfig.io/test/e2e
 	@# The real node (root, containerd, a kubelet) runs alone: it is the heaviest package.
 	go test $(TEST_FLAGS) nodeconfig.io/test/realnode/...
 

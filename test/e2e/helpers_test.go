@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -95,11 +96,35 @@ func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
 			node.Stop()
 			_ = c.Client.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
 		}
+		// Binaries built with -race (make test's race pass) report here.
+		if report := raceReport(root); report != "" {
+			t.Errorf("a service of this test hit a data race:\n%s", report)
+		}
 		if !t.Failed() {
 			_ = os.RemoveAll(root)
 		}
 	})
 	return e
+}
+
+// raceReport returns the first race detector report in the logs under
+// root, "" if there is none.
+func raceReport(root string) string {
+	var report string
+	_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") || report != "" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		if i := strings.Index(string(b), "WARNING: DATA RACE"); i >= 0 {
+			report = path + ":\n" + string(b[i:min(len(b), i+4000)])
+		}
+		return nil
+	})
+	return report
 }
 
 func (e *env) startReconciler(identity string, args ...string) *sim.Reconciler {
