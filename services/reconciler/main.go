@@ -32,6 +32,7 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/cmwatch"
 	"nodeconfig.io/services/reconciler/internal/controller"
 	"nodeconfig.io/services/reconciler/internal/reconcilerapi"
 	"nodeconfig.io/services/servekit"
@@ -65,6 +66,27 @@ func slim(obj any) (any, error) {
 		n.Status = corev1.NodeStatus{}
 	}
 	return obj, nil
+}
+
+// agentPodOnly keeps of an agent Pod what finding its node's agent needs:
+// its node, address, readiness and whether it is going away.
+func agentPodOnly(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slimPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
+			Labels: pod.Labels, DeletionTimestamp: pod.DeletionTimestamp},
+		Spec:   corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Status: corev1.PodStatus{PodIP: pod.Status.PodIP},
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			slimPod.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return slimPod, nil
 }
 
 func run() error {
@@ -158,10 +180,17 @@ func run() error {
 		// kilobytes of them, times the fleet).
 		factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTransform(slim))
 		nodes := factory.Core().V1().Nodes()
-		cms := factory.Core().V1().ConfigMaps()
 		dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
 		ncs := dynFactory.ForResource(v1alpha1.GroupVersionResource)
-		synced := []cache.InformerSynced{nodes.Informer().HasSynced, cms.Informer().HasSynced, ncs.Informer().HasSynced}
+		// Only the ConfigMaps NodeConfigs name are watched (cmwatch); the
+		// controller's handler is set once it exists.
+		var cmH cache.ResourceEventHandler
+		cms := cmwatch.New(kube, cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { cmH.OnAdd(obj, false) },
+			UpdateFunc: func(old, cur any) { cmH.OnUpdate(old, cur) },
+			DeleteFunc: func(obj any) { cmH.OnDelete(obj) },
+		}, slim)
+		synced := []cache.InformerSynced{nodes.Informer().HasSynced, ncs.Informer().HasSynced, cms.HasSynced}
 
 		pool := agents.Options{Static: static, SocketTemplate: *socketTemplate, Port: *agentPort, DialOptions: agentDial, MaxConnections: *maxConns, Tokens: agentTokens}
 		var podFactory informers.SharedInformerFactory
@@ -169,7 +198,8 @@ func run() error {
 		if len(static) == 0 && *socketTemplate == "" {
 			// In a cluster: each node's agent is the agent Pod on it.
 			podFactory = informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(*agentNamespace),
-				informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = *agentSelector }))
+				informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = *agentSelector }),
+				informers.WithTransform(agentPodOnly))
 			pods := podFactory.Core().V1().Pods()
 			pool.Pods, pool.PodSelector, podInformer = pods.Lister(), labels.Everything(), pods.Informer()
 			synced = append(synced, podInformer.HasSynced)
@@ -184,14 +214,27 @@ func run() error {
 
 		c := controller.New(controller.Options{
 			Kube: kube, Dynamic: dyn,
-			Nodes: nodes.Lister(), ConfigMaps: cms.Lister(), NodeConfigs: ncs.Lister(), Synced: synced,
+			Nodes: nodes.Lister(), ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, NodeConfigs: ncs.Lister(), Synced: synced,
 			Agents: agentPool, Recorder: recorder, NormalNodeEvents: *nodeEvents == "all", NodeValidationOnly: *nodeValidationOnly, Metrics: metrics, Log: log,
 			BaseDelay: *baseDelay, MaxDelay: *maxDelay,
 		})
-		nodeH, cmH, ncH, podH := c.Handlers()
+		nodeH, configMapH, ncH, podH := c.Handlers()
+		cmH = configMapH // before any watch starts: they start once the NodeConfigs are listed
 		_, _ = nodes.Informer().AddEventHandler(nodeH)
-		_, _ = cms.Informer().AddEventHandler(cmH)
 		_, _ = ncs.Informer().AddEventHandler(ncH)
+		// Every NodeConfig change re-derives the set of watched ConfigMaps.
+		watchReferenced := func() { cms.Sync(ctx, controller.ReferencedConfigMaps(ncs.Lister())) }
+		_, _ = ncs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { watchReferenced() },
+			UpdateFunc: func(any, any) { watchReferenced() },
+			DeleteFunc: func(any) { watchReferenced() },
+		})
+		go func() {
+			// Once: with no NodeConfig at all, nothing else would start it.
+			if cache.WaitForCacheSync(ctx.Done(), ncs.Informer().HasSynced) {
+				watchReferenced()
+			}
+		}()
 		if podInformer != nil {
 			_, _ = podInformer.AddEventHandler(podH)
 			podFactory.Start(ctx.Done())

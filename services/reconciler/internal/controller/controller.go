@@ -34,6 +34,7 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/cmwatch"
 	"nodeconfig.io/services/reconciler/internal/policy"
 )
 
@@ -42,14 +43,17 @@ const DefaultReconcileInterval = 10 * time.Minute
 
 // Options configure a Controller.
 type Options struct {
-	Kube        kubernetes.Interface
-	Dynamic     dynamic.Interface
-	Nodes       corelisters.NodeLister
-	ConfigMaps  corelisters.ConfigMapLister
-	NodeConfigs cache.GenericLister
-	Synced      []cache.InformerSynced
-	Agents      AgentPool
-	Recorder    record.EventRecorder
+	Kube       kubernetes.Interface
+	Dynamic    dynamic.Interface
+	Nodes      corelisters.NodeLister
+	ConfigMaps corelisters.ConfigMapLister
+	// ConfigMapErr says why a referenced ConfigMap cannot be read, if it
+	// cannot (nil: the lister's answer is all there is).
+	ConfigMapErr func(namespace, name string) error
+	NodeConfigs  cache.GenericLister
+	Synced       []cache.InformerSynced
+	Agents       AgentPool
+	Recorder     record.EventRecorder
 	// NormalNodeEvents also records each node's Normal transitions
 	// (activated, promoted) as Events. Off by default: at fleet scale they
 	// are two API writes per node per change that the Node's condition and
@@ -544,4 +548,22 @@ func (c *Controller) emit(node *corev1.Node, nc *v1alpha1.NodeConfig, events []p
 			c.o.Recorder.Eventf(nodeConfigRef(nc), typ, e.Reason, "node %s: %s", node.Name, e.Message)
 		}
 	}
+}
+
+// ReferencedConfigMaps names the ConfigMaps the NodeConfigs in lister use:
+// the ones the reconciler watches.
+func ReferencedConfigMaps(lister cache.GenericLister) []cmwatch.Ref {
+	objs, err := lister.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var refs []cmwatch.Ref
+	for _, obj := range objs {
+		nc, err := toNodeConfig(obj)
+		if err != nil || nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil {
+			continue
+		}
+		refs = append(refs, cmwatch.Ref{Namespace: nc.Spec.Source.ConfigMap.Namespace, Name: nc.Spec.Source.ConfigMap.Name})
+	}
+	return refs
 }

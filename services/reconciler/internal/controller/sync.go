@@ -148,6 +148,11 @@ func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) poli
 		return d
 	}
 	if err != nil {
+		if c.o.ConfigMapErr != nil {
+			if why := c.o.ConfigMapErr(ref.Namespace, ref.Name); why != nil {
+				err = why
+			}
+		}
 		return early(fmt.Sprintf("ConfigMap %s/%s: %v", ref.Namespace, ref.Name, err))
 	}
 	if _, ok := cm.Data[ref.Key]; !ok {
