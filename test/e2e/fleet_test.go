@@ -15,43 +15,48 @@ import (
 )
 
 // Fleet pacing: with maxInTrial 2, ten nodes take the new config two at a
-// time; at no moment do more than two soak.
+// time. Checked against the nodes' durable records: each node's trial runs
+// from its assigned record's write to its last-known-good's, and at no
+// moment do more than two trials overlap.
 func TestFleetMaxInTrialNeverExceeded(t *testing.T) {
 	e := newEnv(t, 10)
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
 	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(1), "rollout": map[string]any{"maxInTrial": int64(2)}})
-	maxSoaking := 0
+	var recs []*nodeconfigv1.Records
 	err := proc.WaitFor(90*time.Second, func() (bool, error) {
-		resp, err := e.reconciler.Client().ListNodes(e.ctx, &nodeconfigv1.ListNodesRequest{})
-		if err != nil {
-			return false, err
-		}
-		soaking, done := 0, 0
-		for _, n := range resp.GetNodes() {
-			if n.GetNodeConfig() != e.label {
-				continue
-			}
-			// Soaking per the node's own records: active, not yet LKG.
-			st := n.GetStatus()
-			if st.GetActive().GetResourceVersion() == cm.ResourceVersion && st.GetLastKnownGood().GetResourceVersion() != cm.ResourceVersion {
-				soaking++
-			}
-			if st.GetLastKnownGood().GetResourceVersion() == cm.ResourceVersion {
+		recs = recs[:0]
+		done := 0
+		for i := range e.nodes {
+			r := e.records(i)
+			recs = append(recs, r)
+			if r.GetLastKnownGood().GetSource().GetResourceVersion() == cm.ResourceVersion {
 				done++
 			}
 		}
-		maxSoaking = max(maxSoaking, soaking)
-		if soaking > 2 {
-			return false, fmt.Errorf("%d nodes soaking at once", soaking)
-		}
-		return done == 10, fmt.Errorf("%d of 10 promoted", done)
+		return done == len(e.nodes), fmt.Errorf("%d of %d promoted", done, len(e.nodes))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if maxSoaking > 2 {
-		t.Fatalf("saw %d nodes soaking at once, maxInTrial is 2", maxSoaking)
+	type trial struct{ from, to time.Time }
+	var trials []trial
+	for _, r := range recs {
+		trials = append(trials, trial{r.GetAssigned().GetWrittenAt().AsTime(), r.GetLastKnownGood().GetWrittenAt().AsTime()})
 	}
+	most := 0
+	for _, at := range trials {
+		on := 0
+		for _, tr := range trials {
+			if !at.from.Before(tr.from) && at.from.Before(tr.to) {
+				on++
+			}
+		}
+		most = max(most, on)
+	}
+	if most > 2 {
+		t.Fatalf("%d trials overlapped (assigned to last-known-good, from the nodes' records), maxInTrial is 2: %v", most, trials)
+	}
+	t.Logf("at most %d trials at once, from the nodes' records", most)
 	e.waitNodeConfigCondition(e.label, "Ready", metav1.ConditionTrue, "AllNodesActive", 20*time.Second)
 }
 
