@@ -60,9 +60,14 @@ func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
 			continue
 		}
 		assignedSeen[a.GetResourceVersion()] = true
-		_, err := e.nodes[0].Checkpoint().GetCheckpoint(e.ctx, &nodeconfigv1.GetCheckpointRequest{Uid: a.GetUid(), ResourceVersion: a.GetResourceVersion()})
+		cp, err := e.nodes[0].Checkpoint().GetCheckpoint(e.ctx, &nodeconfigv1.GetCheckpointRequest{Uid: a.GetUid(), ResourceVersion: a.GetResourceVersion()})
 		if err != nil {
 			t.Fatalf("revision %d assigns %s/%s, which has no checkpoint: %v", recs.GetRevision(), a.GetUid(), a.GetResourceVersion(), err)
+		}
+		// The order too: the checkpoint was stored before the assignment
+		// naming it was recorded (both stamped by the node's store).
+		if stored, assigned := cp.GetCheckpoint().GetStoredAt().AsTime(), recs.GetAssigned().GetWrittenAt().AsTime(); stored.After(assigned) {
+			t.Fatalf("resourceVersion %s was assigned at %v, before its checkpoint was stored at %v", a.GetResourceVersion(), assigned, stored)
 		}
 	}
 	for _, v := range want {
