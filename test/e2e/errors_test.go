@@ -51,14 +51,13 @@ func TestLateErrorIsFixedByNewConfigNotByRetry(t *testing.T) {
 		return rv(st.Assigned) == bad.ResourceVersion && st.Active == nil && reasonIs(c, "RolledBack")
 	})
 	before := e.records(0).GetRevision()
+	// Three syncs that have run (not only been asked for): the records
+	// must not have moved.
 	for range 3 {
-		if _, err := e.reconciler.Client().Resync(e.ctx, &nodeconfigv1.ResyncRequest{NodeName: node}); err != nil {
-			t.Fatal(err)
+		if st := e.resync(node, 10*time.Second); st.GetState() != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK {
+			t.Fatalf("state after a resync: %v, want ROLLED_BACK", st.GetState())
 		}
 	}
-	// The reconciler has seen the node again after the resyncs once the
-	// state it reports was recomputed; the records must not have moved.
-	e.waitState(node, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK)
 	if after := e.records(0).GetRevision(); after != before {
 		t.Fatalf("records changed from revision %d to %d: a rolled-back config was retried", before, after)
 	}

@@ -129,25 +129,40 @@ func (e *env) waitSelected(name string, n int64, timeout time.Duration) {
 }
 
 // resyncAndWait asks the reconciler to sync a node and waits until a sync
-// that began after the ask has reported the wanted state: each sync moves
-// the node's next reconcile time, so an unchanged time is an old answer.
+// that began after the ask has reported the wanted state.
 func (e *env) resyncAndWait(name string, timeout time.Duration, want nodeconfigv1.LifecycleState) {
 	e.t.Helper()
-	before := e.nodeState(name).GetNextReconcileTime().AsTime()
+	got := e.resync(name, timeout)
+	if got.GetState() != want {
+		e.t.Fatalf("node %s after a resync: state %v, want %v", name, got.GetState(), want)
+	}
+}
+
+// resync asks the reconciler to sync a node and returns the node's state
+// once that sync has run: the node's sync count moves past its value
+// before the ask (a Resync only enqueues).
+func (e *env) resync(name string, timeout time.Duration) *nodeconfigv1.NodeState {
+	e.t.Helper()
+	var before uint64
 	// A reconciler that just started answers Unavailable until it leads.
 	err := proc.WaitFor(timeout, func() (bool, error) {
-		_, err := e.reconciler.Client().Resync(e.ctx, &nodeconfigv1.ResyncRequest{NodeName: name})
+		st, err := e.reconciler.Client().GetNode(e.ctx, &nodeconfigv1.GetNodeRequest{NodeName: name})
+		if err != nil {
+			return false, err
+		}
+		before = st.GetNode().GetSyncs()
+		_, err = e.reconciler.Client().Resync(e.ctx, &nodeconfigv1.ResyncRequest{NodeName: name})
 		return err == nil, err
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	var got *nodeconfigv1.NodeState
-	err = proc.WaitFor(timeout, func() (bool, error) {
+	if err := proc.WaitFor(timeout, func() (bool, error) {
 		got = e.nodeState(name)
-		return got.GetState() == want && !got.GetNextReconcileTime().AsTime().Equal(before), nil
-	})
-	if err != nil {
-		e.t.Fatalf("node %s after a resync: %v, want state %v: %v", name, got, want, err)
+		return got.GetSyncs() > before, nil
+	}); err != nil {
+		e.t.Fatalf("node %s: no sync after the resync (syncs %d): %v", name, got.GetSyncs(), err)
 	}
+	return got
 }

@@ -100,10 +100,7 @@ func TestDeletionPolicyAbandonKeepsConfigDefaultResets(t *testing.T) {
 		return st.Assigned == nil && st.LastKnownGood == nil && reasonIs(c, "LocalDefault")
 	})
 	// The abandoned node's reconciles after the deletion leave it alone.
-	if _, err := e.reconciler.Client().Resync(e.ctx, &nodeconfigv1.ResyncRequest{NodeName: kept.Name}); err != nil {
-		t.Fatal(err)
-	}
-	e.waitState(kept.Name, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE)
+	e.resyncAndWait(kept.Name, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE)
 	st, _, err := e.status(kept.Name)
 	if err != nil {
 		t.Fatal(err)

@@ -59,10 +59,7 @@ func TestInvalidNodeSelectorIsRefusedAndChangesNothing(t *testing.T) {
 	// Let any sync the (refused or accepted) updates caused run, then check
 	// the nodes' own durable records did not move.
 	for _, n := range e.nodes {
-		if _, err := e.reconciler.Client().Resync(e.ctx, &nodeconfigv1.ResyncRequest{NodeName: n.Name}); err != nil {
-			t.Fatal(err)
-		}
-		e.waitState(n.Name, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE)
+		e.resyncAndWait(n.Name, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE)
 	}
 	for i, n := range e.nodes {
 		if after := e.records(i); !proto.Equal(after, before[i]) {

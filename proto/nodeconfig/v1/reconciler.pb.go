@@ -120,7 +120,10 @@ type NodeState struct {
 	// next_reconcile_time is when the node is next reconciled; unset if never.
 	NextReconcileTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=next_reconcile_time,json=nextReconcileTime,proto3" json:"next_reconcile_time,omitempty"`
 	// soak_ends_time is when the current trial ends; unset when not soaking.
-	SoakEndsTime  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=soak_ends_time,json=soakEndsTime,proto3" json:"soak_ends_time,omitempty"`
+	SoakEndsTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=soak_ends_time,json=soakEndsTime,proto3" json:"soak_ends_time,omitempty"`
+	// syncs counts the node's completed syncs since this reconciler started
+	// leading: a Resync has run once it is past the value read before it.
+	Syncs         uint64 `protobuf:"varint,10,opt,name=syncs,proto3" json:"syncs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,6 +219,13 @@ func (x *NodeState) GetSoakEndsTime() *timestamppb.Timestamp {
 		return x.SoakEndsTime
 	}
 	return nil
+}
+
+func (x *NodeState) GetSyncs() uint64 {
+	if x != nil {
+		return x.Syncs
+	}
+	return 0
 }
 
 // ListNodesRequest is empty.
@@ -480,7 +490,7 @@ var File_nodeconfig_v1_reconciler_proto protoreflect.FileDescriptor
 
 const file_nodeconfig_v1_reconciler_proto_rawDesc = "" +
 	"\n" +
-	"\x1enodeconfig/v1/reconciler.proto\x12\rnodeconfig.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19nodeconfig/v1/types.proto\"\xac\x03\n" +
+	"\x1enodeconfig/v1/reconciler.proto\x12\rnodeconfig.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19nodeconfig/v1/types.proto\"\xc2\x03\n" +
 	"\tNodeState\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1f\n" +
 	"\vnode_config\x18\x02 \x01(\tR\n" +
@@ -491,7 +501,9 @@ const file_nodeconfig_v1_reconciler_proto_rawDesc = "" +
 	"\bfailures\x18\x06 \x01(\x05R\bfailures\x123\n" +
 	"\abackoff\x18\a \x01(\v2\x19.google.protobuf.DurationR\abackoff\x12J\n" +
 	"\x13next_reconcile_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x11nextReconcileTime\x12@\n" +
-	"\x0esoak_ends_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fsoakEndsTime\"\x12\n" +
+	"\x0esoak_ends_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fsoakEndsTime\x12\x14\n" +
+	"\x05syncs\x18\n" +
+	" \x01(\x04R\x05syncs\"\x12\n" +
 	"\x10ListNodesRequest\"C\n" +
 	"\x11ListNodesResponse\x12.\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x18.nodeconfig.v1.NodeStateR\x05nodes\"-\n" +

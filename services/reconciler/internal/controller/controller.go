@@ -132,6 +132,9 @@ type NodeInfo struct {
 	// generation its last sync was computed for: a NodeConfig's status
 	// observes a generation only once all its nodes were synced at it.
 	Generations map[types.UID]int64
+	// Syncs counts the completed syncs (GetNode shows it, so a caller can
+	// wait for the sync a Resync asked for).
+	Syncs uint64
 	// indexed is where admission counts the node (trials.go).
 	indexed indexed
 }

@@ -251,6 +251,7 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 	}
 	newGeneration := !maps.Equal(generations, info.Generations)
 	info.Generations = generations
+	info.Syncs++
 	info.State = res.State
 	if res.Records != nil {
 		info.Records = res.Records

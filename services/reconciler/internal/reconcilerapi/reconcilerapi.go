@@ -85,6 +85,7 @@ func toProto(info controller.NodeInfo) *nodeconfigv1.NodeState {
 		State:      info.State,
 		Error:      info.Err,
 		Failures:   int32(info.Failures),
+		Syncs:      info.Syncs,
 	}
 	if info.Records != nil {
 		st.Status = info.Records.Status()
