@@ -37,6 +37,9 @@ func TestLeaderFailoverMidSoakPromotesOnTime(t *testing.T) {
 		t.Fatalf("promoted at %v, before the soak ended at %v", lkg.GetWrittenAt().AsTime(), soakEnd)
 	}
 	e.waitState(n.Name, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE)
+	// Events are recorded in the background: wait for the first, then
+	// count them.
+	e.waitEvent("Node", n.Name, "ConfigPromoted", 10*time.Second)
 	promotions := 0
 	for _, ev := range e.events(t, "Node", n.Name, "ConfigPromoted") {
 		promotions += int(max(ev.Count, 1))

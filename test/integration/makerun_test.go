@@ -112,21 +112,18 @@ func TestMakeRunCommandsWorkAsPrinted(t *testing.T) {
 			}
 		}
 	}
-	// The suggested bad config (the last command) rolls a node back.
-	err = proc.WaitFor(60*time.Second, func() (bool, error) {
-		out := shell(t, root, kubectl+` get nodes -o jsonpath='{.items[*].status.conditions[?(@.type=="NodeConfigReady")].reason}'`)
-		return strings.Contains(out, "RolledBack"), nil
-	})
-	if err != nil {
-		t.Fatalf("no node rolled back after the printed bad config: %v", err)
-	}
+	// The suggested bad config (the last command) is refused before any
+	// node gets it, and no node rolls back.
 	var out string
-	err = proc.WaitFor(30*time.Second, func() (bool, error) {
+	err = proc.WaitFor(60*time.Second, func() (bool, error) {
 		out = shell(t, root, kubectl+" get nodeconfig demo -o jsonpath='{.status.conditions[?(@.type==\"Degraded\")].reason}'")
-		return strings.Contains(out, "RolloutHalted"), nil
+		return strings.Contains(out, "ConfigRefused"), nil
 	})
 	if err != nil {
-		t.Fatalf("demo NodeConfig Degraded reason = %q, want RolloutHalted: %v", out, err)
+		t.Fatalf("demo NodeConfig Degraded reason = %q after the printed bad config, want ConfigRefused: %v", out, err)
+	}
+	if out := shell(t, root, kubectl+` get nodes -o jsonpath='{.items[*].status.conditions[?(@.type=="NodeConfigReady")].reason}'`); strings.Contains(out, "RolledBack") {
+		t.Fatalf("a node rolled back from a config the reconciler refused: %s", out)
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {

@@ -160,14 +160,14 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonRolloutHalted,
 			fmt.Sprintf("%d node(s) rolled back from resourceVersion %s of ConfigMap %s/%s key %s with validator %s (maxFailures %d): its rollout is halted until the ConfigMap, the key or the validator changes",
 				failedCurrent, current.resourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.key, current.validator, maxFailures))
-	case st.RolledBack > 0 || st.Failing > 0:
-		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, "NodesFailing",
-			fmt.Sprintf("%d node(s) rolled back, %d failing with retries", st.RolledBack, st.Failing))
 	case haveCurrent && c.knownRefusal(current) != "":
 		refused = true
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonConfigRefused,
 			fmt.Sprintf("resourceVersion %s of ConfigMap %s/%s key %s fails validator %s: %s; it is assigned to no node, and every node keeps its config",
 				current.resourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.key, current.validator, c.knownRefusal(current)))
+	case st.RolledBack > 0 || st.Failing > 0:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, "NodesFailing",
+			fmt.Sprintf("%d node(s) rolled back, %d failing with retries", st.RolledBack, st.Failing))
 	case reconcileIntervalErr(nc) != nil:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonInvalidReconcileInterval, reconcileIntervalErr(nc).Error())
 	case held.reason == v1alpha1.ReasonInvalidWindow:
