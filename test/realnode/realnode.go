@@ -169,12 +169,17 @@ func hostFacts(bins map[string]string) hoststate.Before {
 	}
 }
 
-// ObserveHost records the host as it is now, to compare it with after a run
-// of the node that this process does not control (make cluster).
+// ObserveHost records the host as it is once an earlier, killed run has been
+// undone, to compare it with after a run of the node that this process does
+// not control (make cluster). Observed before that undo, the host would carry
+// the killed run's changes as if they were its own.
 func ObserveHost() (*hoststate.Before, error) {
 	bins, err := binaries()
 	if err != nil {
 		return nil, err
+	}
+	if err := hoststate.UndoLeftovers(Root); err != nil {
+		return nil, fmt.Errorf("undo an earlier run's changes: %w", err)
 	}
 	return hoststate.Observe(hostFacts(bins)), nil
 }
