@@ -25,6 +25,7 @@ func run() error {
 	stateDir := fs.String("state-dir", "/var/lib/nodeconfig", "directory of the bbolt store (checkpoints.db)")
 	targetDir := fs.String("target-dir", "/etc/kubernetes/kubelet.conf.d", "directory the active config is written to")
 	targetFile := fs.String("target-file", "50-nodeconfig.conf", "file name of the active config in --target-dir")
+	kubeletConfig := fs.String("kubelet-config", "", "the kubelet's --config file: a kubelet drop-in is then judged merged with it and the other drop-ins of --target-dir, as the kubelet merges them at start (empty: judged alone over the kubelet's defaults)")
 	maxWatchers := fs.Int("max-watchers", 64, "most concurrent WatchRecords streams")
 	gcInterval := fs.Duration("gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
 	gcMinAge := fs.Duration("gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")
@@ -64,7 +65,7 @@ func run() error {
 		return err
 	}
 	ckd, err := server.Open(server.Options{
-		StateDir: *stateDir, TargetDir: *targetDir, TargetFile: *targetFile, NoSync: *noFsync,
+		StateDir: *stateDir, TargetDir: *targetDir, TargetFile: *targetFile, KubeletConfig: *kubeletConfig, NoSync: *noFsync,
 		MaxWatchers: *maxWatchers, Registerer: srv.Registry, Log: log, Consumer: gate,
 	})
 	if err != nil {

@@ -5,13 +5,14 @@
 package configcheck
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
-	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/configcheck/kubeletcheck"
 )
 
 // Reasons a payload fails to load or validate (late errors).
@@ -59,66 +60,11 @@ func jsonDocument(data []byte) error {
 	return nil
 }
 
-const (
-	kubeletAPIVersion = "kubelet.config.k8s.io/v1beta1"
-	kubeletKind       = "KubeletConfiguration"
-)
-
+// kubeletConfiguration judges a drop-in as the kubelet would over its
+// defaults; the node judges it again merged with its own files.
 func kubeletConfiguration(data []byte) error {
-	var cfg kubeletv1beta1.KubeletConfiguration
-	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+	if err := kubeletcheck.Check(context.Background(), data); err != nil {
 		return fmt.Errorf("invalid KubeletConfiguration: %w", err)
 	}
-	if cfg.APIVersion != kubeletAPIVersion || cfg.Kind != kubeletKind {
-		return fmt.Errorf("invalid KubeletConfiguration: apiVersion/kind is %q/%q, want %q/%q", cfg.APIVersion, cfg.Kind, kubeletAPIVersion, kubeletKind)
-	}
-	return kubeletRanges(&cfg)
-}
-
-// kubeletRanges checks the fields whose bad values are obvious without the
-// kubelet's own validation (which lives in k8s.io/kubernetes, not a library).
-func kubeletRanges(c *kubeletv1beta1.KubeletConfiguration) error {
-	inRange := func(field string, v, lo, hi int64) error {
-		if v < lo || v > hi {
-			return fmt.Errorf("invalid KubeletConfiguration: %s is %d, must be between %d and %d", field, v, lo, hi)
-		}
-		return nil
-	}
-	checks := []error{
-		inRange("maxPods", int64(c.MaxPods), 0, 1<<20),
-		inRange("podsPerCore", int64(c.PodsPerCore), 0, 1<<20),
-		inRange("port", int64(c.Port), 0, 65535),
-		inRange("healthzPort", int64(deref(c.HealthzPort)), 0, 65535),
-		inRange("imageGCHighThresholdPercent", int64(deref(c.ImageGCHighThresholdPercent)), 0, 100),
-		inRange("imageGCLowThresholdPercent", int64(deref(c.ImageGCLowThresholdPercent)), 0, 100),
-		inRange("kubeAPIBurst", int64(c.KubeAPIBurst), 0, 1<<20),
-		inRange("kubeAPIQPS", int64(deref(c.KubeAPIQPS)), 0, 1<<20),
-	}
-	for _, err := range checks {
-		if err != nil {
-			return err
-		}
-	}
-	if c.ImageGCHighThresholdPercent != nil && c.ImageGCLowThresholdPercent != nil &&
-		*c.ImageGCLowThresholdPercent > *c.ImageGCHighThresholdPercent {
-		return fmt.Errorf("invalid KubeletConfiguration: imageGCLowThresholdPercent (%d) must not exceed imageGCHighThresholdPercent (%d)",
-			*c.ImageGCLowThresholdPercent, *c.ImageGCHighThresholdPercent)
-	}
-	for field, d := range map[string]int64{
-		"syncFrequency":             int64(c.SyncFrequency.Duration),
-		"nodeStatusUpdateFrequency": int64(c.NodeStatusUpdateFrequency.Duration),
-		"fileCheckFrequency":        int64(c.FileCheckFrequency.Duration),
-	} {
-		if d < 0 {
-			return fmt.Errorf("invalid KubeletConfiguration: %s must not be negative", field)
-		}
-	}
 	return nil
-}
-
-func deref[T int32 | float32](p *T) T {
-	if p == nil {
-		return 0
-	}
-	return *p
 }

@@ -104,6 +104,24 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	}
 	agentRestarts := restartsOf(ctx, t, "checkpointd")
 
+	// A drop-in the kubelet's validation accepts alone (it passes the
+	// reconciler's central check) but refuses merged with this node's base
+	// config, whose imageGCLowThresholdPercent 99 is not below 90: the agent
+	// judges it merged before writing it, so it is rolled back without the
+	// kubelet ever being restarted onto it.
+	starts = node.Kubelet.Starts()
+	runReadmeCommand(ctx, t, work, `printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimageGCHighThresholdPercent: 90\n' > merged.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./merged.yaml --dry-run=client -o yaml | kubectl apply -f -`)
+	waitStatus(ctx, t, "refused merged with the node's base config", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return c.Status == corev1.ConditionFalse && c.Reason == "RolledBack" && nodeview.ResourceVersion(st.Active) == cm.ResourceVersion &&
+			strings.Contains(c.Message, "imageGCLowThresholdPercent (--image-gc-low-threshold) 99 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 90")
+	})
+	if content, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn)); err != nil || !strings.Contains(string(content), "maxPods: 58") {
+		t.Fatalf("drop-in after the refusal: %q, %v", content, err)
+	}
+	if node.Kubelet.Starts() != starts {
+		t.Fatalf("the kubelet was restarted (%d starts, %d before) for a drop-in the agent refused", node.Kubelet.Starts(), starts)
+	}
+
 	// A config the validator lets through and the kubelet refuses (it exits
 	// 1 on it, and its supervisor starts it again and again): the agent
 	// rolls it back, the kubelet is healthy on last-known-good, and the

@@ -55,6 +55,9 @@ type NodeOptions struct {
 	StatusdAddr     string // default: a free loopback port
 	StatusdArgs     []string
 	CheckpointdArgs []string
+	// KubeletConfig, when set, is the node's kubelet base config (its
+	// --config file): checkpointd judges kubelet drop-ins merged with it.
+	KubeletConfig string
 }
 
 // StartNode creates the Node object (if missing) and starts its agents.
@@ -111,10 +114,18 @@ func StartNodeWith(ctx context.Context, c *cluster.Cluster, root, name string, o
 			return nil, err
 		}
 	}
-	n.Checkpointd, err = proc.Start(name+"/checkpointd", ckBin, append([]string{
+	ckArgs := []string{
 		"--listen", n.CheckpointdAddr, "--socket", n.Socket, "--metrics-addr", "",
 		"--state-dir", filepath.Join(dir, "state"), "--target-dir", n.TargetDir, "--target-file", TargetFile,
-	}, expand(o.CheckpointdArgs)...), filepath.Join(dir, "checkpointd.log"))
+	}
+	if o.KubeletConfig != "" {
+		base := filepath.Join(dir, "kubelet-config.yaml")
+		if err := os.WriteFile(base, []byte(o.KubeletConfig), 0o644); err != nil {
+			return nil, err
+		}
+		ckArgs = append(ckArgs, "--kubelet-config", base)
+	}
+	n.Checkpointd, err = proc.Start(name+"/checkpointd", ckBin, append(ckArgs, expand(o.CheckpointdArgs)...), filepath.Join(dir, "checkpointd.log"))
 	if err != nil {
 		return nil, err
 	}

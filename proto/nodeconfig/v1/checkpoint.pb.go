@@ -1281,6 +1281,149 @@ func (x *WatchRecordsResponse) GetRecords() *Records {
 	return nil
 }
 
+// PreviewConfigRequest is a payload the node has not been given.
+type PreviewConfigRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// payload would stand in the place of the node's file.
+	Payload []byte `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	// validator judges it as on activation.
+	Validator     Validator `protobuf:"varint,2,opt,name=validator,proto3,enum=nodeconfig.v1.Validator" json:"validator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewConfigRequest) Reset() {
+	*x = PreviewConfigRequest{}
+	mi := &file_nodeconfig_v1_checkpoint_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewConfigRequest) ProtoMessage() {}
+
+func (x *PreviewConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_checkpoint_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewConfigRequest.ProtoReflect.Descriptor instead.
+func (*PreviewConfigRequest) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_checkpoint_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PreviewConfigRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *PreviewConfigRequest) GetValidator() Validator {
+	if x != nil {
+		return x.Validator
+	}
+	return Validator_VALIDATOR_UNSPECIFIED
+}
+
+// PreviewConfigResponse is what the consumer would run, now and with the
+// payload.
+type PreviewConfigResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// files are the node's files the consumer merges, in its order, with
+	// the node's own file where the payload would stand.
+	Files []string `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	// current is the effective configuration with the files as they are.
+	Current string `protobuf:"bytes,2,opt,name=current,proto3" json:"current,omitempty"`
+	// candidate is the effective configuration with the payload; empty when
+	// it is refused.
+	Candidate string `protobuf:"bytes,3,opt,name=candidate,proto3" json:"candidate,omitempty"`
+	// refused says why the node would refuse the payload; empty if it would
+	// activate it.
+	Refused string `protobuf:"bytes,4,opt,name=refused,proto3" json:"refused,omitempty"`
+	// merged is false when the node knows no way to merge its consumer's
+	// files (not a kubelet, or no --kubelet-config): current and candidate
+	// are then the file alone.
+	Merged        bool `protobuf:"varint,5,opt,name=merged,proto3" json:"merged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewConfigResponse) Reset() {
+	*x = PreviewConfigResponse{}
+	mi := &file_nodeconfig_v1_checkpoint_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewConfigResponse) ProtoMessage() {}
+
+func (x *PreviewConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_checkpoint_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewConfigResponse.ProtoReflect.Descriptor instead.
+func (*PreviewConfigResponse) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_checkpoint_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *PreviewConfigResponse) GetFiles() []string {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *PreviewConfigResponse) GetCurrent() string {
+	if x != nil {
+		return x.Current
+	}
+	return ""
+}
+
+func (x *PreviewConfigResponse) GetCandidate() string {
+	if x != nil {
+		return x.Candidate
+	}
+	return ""
+}
+
+func (x *PreviewConfigResponse) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+func (x *PreviewConfigResponse) GetMerged() bool {
+	if x != nil {
+		return x.Merged
+	}
+	return false
+}
+
 var File_nodeconfig_v1_checkpoint_proto protoreflect.FileDescriptor
 
 const file_nodeconfig_v1_checkpoint_proto_rawDesc = "" +
@@ -1351,12 +1494,21 @@ const file_nodeconfig_v1_checkpoint_proto_rawDesc = "" +
 	"\brepaired\x18\x01 \x01(\bR\brepaired\"\x15\n" +
 	"\x13WatchRecordsRequest\"H\n" +
 	"\x14WatchRecordsResponse\x120\n" +
-	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords*\x9c\x01\n" +
+	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"h\n" +
+	"\x14PreviewConfigRequest\x12\x18\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\x126\n" +
+	"\tvalidator\x18\x02 \x01(\x0e2\x18.nodeconfig.v1.ValidatorR\tvalidator\"\x97\x01\n" +
+	"\x15PreviewConfigResponse\x12\x14\n" +
+	"\x05files\x18\x01 \x03(\tR\x05files\x12\x18\n" +
+	"\acurrent\x18\x02 \x01(\tR\acurrent\x12\x1c\n" +
+	"\tcandidate\x18\x03 \x01(\tR\tcandidate\x12\x18\n" +
+	"\arefused\x18\x04 \x01(\tR\arefused\x12\x16\n" +
+	"\x06merged\x18\x05 \x01(\bR\x06merged*\x9c\x01\n" +
 	"\x0fActivateOutcome\x12 \n" +
 	"\x1cACTIVATE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aACTIVATE_OUTCOME_ACTIVATED\x10\x01\x12 \n" +
 	"\x1cACTIVATE_OUTCOME_ROLLED_BACK\x10\x02\x12%\n" +
-	"!ACTIVATE_OUTCOME_NOTHING_ASSIGNED\x10\x032\xbb\b\n" +
+	"!ACTIVATE_OUTCOME_NOTHING_ASSIGNED\x10\x032\x97\t\n" +
 	"\x11CheckpointService\x12Z\n" +
 	"\rPutCheckpoint\x12#.nodeconfig.v1.PutCheckpointRequest\x1a$.nodeconfig.v1.PutCheckpointResponse\x12Z\n" +
 	"\rGetCheckpoint\x12#.nodeconfig.v1.GetCheckpointRequest\x1a$.nodeconfig.v1.GetCheckpointResponse\x12`\n" +
@@ -1370,7 +1522,8 @@ const file_nodeconfig_v1_checkpoint_proto_rawDesc = "" +
 	"\bSetError\x12\x1e.nodeconfig.v1.SetErrorRequest\x1a\x1f.nodeconfig.v1.SetErrorResponse\x12B\n" +
 	"\x05Reset\x12\x1b.nodeconfig.v1.ResetRequest\x1a\x1c.nodeconfig.v1.ResetResponse\x12T\n" +
 	"\vRepairDrift\x12!.nodeconfig.v1.RepairDriftRequest\x1a\".nodeconfig.v1.RepairDriftResponse\x12Y\n" +
-	"\fWatchRecords\x12\".nodeconfig.v1.WatchRecordsRequest\x1a#.nodeconfig.v1.WatchRecordsResponse0\x01B0Z.nodeconfig.io/proto/nodeconfig/v1;nodeconfigv1b\x06proto3"
+	"\fWatchRecords\x12\".nodeconfig.v1.WatchRecordsRequest\x1a#.nodeconfig.v1.WatchRecordsResponse0\x01\x12Z\n" +
+	"\rPreviewConfig\x12#.nodeconfig.v1.PreviewConfigRequest\x1a$.nodeconfig.v1.PreviewConfigResponseB0Z.nodeconfig.io/proto/nodeconfig/v1;nodeconfigv1b\x06proto3"
 
 var (
 	file_nodeconfig_v1_checkpoint_proto_rawDescOnce sync.Once
@@ -1385,7 +1538,7 @@ func file_nodeconfig_v1_checkpoint_proto_rawDescGZIP() []byte {
 }
 
 var file_nodeconfig_v1_checkpoint_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_nodeconfig_v1_checkpoint_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_nodeconfig_v1_checkpoint_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_nodeconfig_v1_checkpoint_proto_goTypes = []any{
 	(ActivateOutcome)(0),                 // 0: nodeconfig.v1.ActivateOutcome
 	(*CheckpointInfo)(nil),               // 1: nodeconfig.v1.CheckpointInfo
@@ -1413,64 +1566,69 @@ var file_nodeconfig_v1_checkpoint_proto_goTypes = []any{
 	(*RepairDriftResponse)(nil),          // 23: nodeconfig.v1.RepairDriftResponse
 	(*WatchRecordsRequest)(nil),          // 24: nodeconfig.v1.WatchRecordsRequest
 	(*WatchRecordsResponse)(nil),         // 25: nodeconfig.v1.WatchRecordsResponse
-	nil,                                  // 26: nodeconfig.v1.PutCheckpointRequest.DataEntry
-	nil,                                  // 27: nodeconfig.v1.GetCheckpointResponse.DataEntry
-	(*ConfigSource)(nil),                 // 28: nodeconfig.v1.ConfigSource
-	(*timestamppb.Timestamp)(nil),        // 29: google.protobuf.Timestamp
-	(*Records)(nil),                      // 30: nodeconfig.v1.Records
-	(Validator)(0),                       // 31: nodeconfig.v1.Validator
-	(*ConfigError)(nil),                  // 32: nodeconfig.v1.ConfigError
+	(*PreviewConfigRequest)(nil),         // 26: nodeconfig.v1.PreviewConfigRequest
+	(*PreviewConfigResponse)(nil),        // 27: nodeconfig.v1.PreviewConfigResponse
+	nil,                                  // 28: nodeconfig.v1.PutCheckpointRequest.DataEntry
+	nil,                                  // 29: nodeconfig.v1.GetCheckpointResponse.DataEntry
+	(*ConfigSource)(nil),                 // 30: nodeconfig.v1.ConfigSource
+	(*timestamppb.Timestamp)(nil),        // 31: google.protobuf.Timestamp
+	(*Records)(nil),                      // 32: nodeconfig.v1.Records
+	(Validator)(0),                       // 33: nodeconfig.v1.Validator
+	(*ConfigError)(nil),                  // 34: nodeconfig.v1.ConfigError
 }
 var file_nodeconfig_v1_checkpoint_proto_depIdxs = []int32{
-	28, // 0: nodeconfig.v1.CheckpointInfo.source:type_name -> nodeconfig.v1.ConfigSource
-	29, // 1: nodeconfig.v1.CheckpointInfo.stored_at:type_name -> google.protobuf.Timestamp
-	28, // 2: nodeconfig.v1.PutCheckpointRequest.source:type_name -> nodeconfig.v1.ConfigSource
-	26, // 3: nodeconfig.v1.PutCheckpointRequest.data:type_name -> nodeconfig.v1.PutCheckpointRequest.DataEntry
+	30, // 0: nodeconfig.v1.CheckpointInfo.source:type_name -> nodeconfig.v1.ConfigSource
+	31, // 1: nodeconfig.v1.CheckpointInfo.stored_at:type_name -> google.protobuf.Timestamp
+	30, // 2: nodeconfig.v1.PutCheckpointRequest.source:type_name -> nodeconfig.v1.ConfigSource
+	28, // 3: nodeconfig.v1.PutCheckpointRequest.data:type_name -> nodeconfig.v1.PutCheckpointRequest.DataEntry
 	1,  // 4: nodeconfig.v1.PutCheckpointResponse.checkpoint:type_name -> nodeconfig.v1.CheckpointInfo
 	1,  // 5: nodeconfig.v1.GetCheckpointResponse.checkpoint:type_name -> nodeconfig.v1.CheckpointInfo
-	27, // 6: nodeconfig.v1.GetCheckpointResponse.data:type_name -> nodeconfig.v1.GetCheckpointResponse.DataEntry
+	29, // 6: nodeconfig.v1.GetCheckpointResponse.data:type_name -> nodeconfig.v1.GetCheckpointResponse.DataEntry
 	1,  // 7: nodeconfig.v1.ListCheckpointsResponse.checkpoints:type_name -> nodeconfig.v1.CheckpointInfo
-	30, // 8: nodeconfig.v1.GetRecordsResponse.records:type_name -> nodeconfig.v1.Records
-	28, // 9: nodeconfig.v1.SetAssignedRequest.source:type_name -> nodeconfig.v1.ConfigSource
-	31, // 10: nodeconfig.v1.SetAssignedRequest.validator:type_name -> nodeconfig.v1.Validator
-	30, // 11: nodeconfig.v1.SetAssignedResponse.records:type_name -> nodeconfig.v1.Records
+	32, // 8: nodeconfig.v1.GetRecordsResponse.records:type_name -> nodeconfig.v1.Records
+	30, // 9: nodeconfig.v1.SetAssignedRequest.source:type_name -> nodeconfig.v1.ConfigSource
+	33, // 10: nodeconfig.v1.SetAssignedRequest.validator:type_name -> nodeconfig.v1.Validator
+	32, // 11: nodeconfig.v1.SetAssignedResponse.records:type_name -> nodeconfig.v1.Records
 	0,  // 12: nodeconfig.v1.ActivateResponse.outcome:type_name -> nodeconfig.v1.ActivateOutcome
-	30, // 13: nodeconfig.v1.ActivateResponse.records:type_name -> nodeconfig.v1.Records
-	28, // 14: nodeconfig.v1.PromoteLastKnownGoodRequest.source:type_name -> nodeconfig.v1.ConfigSource
-	30, // 15: nodeconfig.v1.PromoteLastKnownGoodResponse.records:type_name -> nodeconfig.v1.Records
-	32, // 16: nodeconfig.v1.SetErrorRequest.error:type_name -> nodeconfig.v1.ConfigError
-	30, // 17: nodeconfig.v1.SetErrorResponse.records:type_name -> nodeconfig.v1.Records
-	30, // 18: nodeconfig.v1.ResetResponse.records:type_name -> nodeconfig.v1.Records
-	30, // 19: nodeconfig.v1.WatchRecordsResponse.records:type_name -> nodeconfig.v1.Records
-	2,  // 20: nodeconfig.v1.CheckpointService.PutCheckpoint:input_type -> nodeconfig.v1.PutCheckpointRequest
-	4,  // 21: nodeconfig.v1.CheckpointService.GetCheckpoint:input_type -> nodeconfig.v1.GetCheckpointRequest
-	6,  // 22: nodeconfig.v1.CheckpointService.ListCheckpoints:input_type -> nodeconfig.v1.ListCheckpointsRequest
-	8,  // 23: nodeconfig.v1.CheckpointService.DeleteCheckpoint:input_type -> nodeconfig.v1.DeleteCheckpointRequest
-	10, // 24: nodeconfig.v1.CheckpointService.GetRecords:input_type -> nodeconfig.v1.GetRecordsRequest
-	12, // 25: nodeconfig.v1.CheckpointService.SetAssigned:input_type -> nodeconfig.v1.SetAssignedRequest
-	14, // 26: nodeconfig.v1.CheckpointService.Activate:input_type -> nodeconfig.v1.ActivateRequest
-	16, // 27: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:input_type -> nodeconfig.v1.PromoteLastKnownGoodRequest
-	18, // 28: nodeconfig.v1.CheckpointService.SetError:input_type -> nodeconfig.v1.SetErrorRequest
-	20, // 29: nodeconfig.v1.CheckpointService.Reset:input_type -> nodeconfig.v1.ResetRequest
-	22, // 30: nodeconfig.v1.CheckpointService.RepairDrift:input_type -> nodeconfig.v1.RepairDriftRequest
-	24, // 31: nodeconfig.v1.CheckpointService.WatchRecords:input_type -> nodeconfig.v1.WatchRecordsRequest
-	3,  // 32: nodeconfig.v1.CheckpointService.PutCheckpoint:output_type -> nodeconfig.v1.PutCheckpointResponse
-	5,  // 33: nodeconfig.v1.CheckpointService.GetCheckpoint:output_type -> nodeconfig.v1.GetCheckpointResponse
-	7,  // 34: nodeconfig.v1.CheckpointService.ListCheckpoints:output_type -> nodeconfig.v1.ListCheckpointsResponse
-	9,  // 35: nodeconfig.v1.CheckpointService.DeleteCheckpoint:output_type -> nodeconfig.v1.DeleteCheckpointResponse
-	11, // 36: nodeconfig.v1.CheckpointService.GetRecords:output_type -> nodeconfig.v1.GetRecordsResponse
-	13, // 37: nodeconfig.v1.CheckpointService.SetAssigned:output_type -> nodeconfig.v1.SetAssignedResponse
-	15, // 38: nodeconfig.v1.CheckpointService.Activate:output_type -> nodeconfig.v1.ActivateResponse
-	17, // 39: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:output_type -> nodeconfig.v1.PromoteLastKnownGoodResponse
-	19, // 40: nodeconfig.v1.CheckpointService.SetError:output_type -> nodeconfig.v1.SetErrorResponse
-	21, // 41: nodeconfig.v1.CheckpointService.Reset:output_type -> nodeconfig.v1.ResetResponse
-	23, // 42: nodeconfig.v1.CheckpointService.RepairDrift:output_type -> nodeconfig.v1.RepairDriftResponse
-	25, // 43: nodeconfig.v1.CheckpointService.WatchRecords:output_type -> nodeconfig.v1.WatchRecordsResponse
-	32, // [32:44] is the sub-list for method output_type
-	20, // [20:32] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	32, // 13: nodeconfig.v1.ActivateResponse.records:type_name -> nodeconfig.v1.Records
+	30, // 14: nodeconfig.v1.PromoteLastKnownGoodRequest.source:type_name -> nodeconfig.v1.ConfigSource
+	32, // 15: nodeconfig.v1.PromoteLastKnownGoodResponse.records:type_name -> nodeconfig.v1.Records
+	34, // 16: nodeconfig.v1.SetErrorRequest.error:type_name -> nodeconfig.v1.ConfigError
+	32, // 17: nodeconfig.v1.SetErrorResponse.records:type_name -> nodeconfig.v1.Records
+	32, // 18: nodeconfig.v1.ResetResponse.records:type_name -> nodeconfig.v1.Records
+	32, // 19: nodeconfig.v1.WatchRecordsResponse.records:type_name -> nodeconfig.v1.Records
+	33, // 20: nodeconfig.v1.PreviewConfigRequest.validator:type_name -> nodeconfig.v1.Validator
+	2,  // 21: nodeconfig.v1.CheckpointService.PutCheckpoint:input_type -> nodeconfig.v1.PutCheckpointRequest
+	4,  // 22: nodeconfig.v1.CheckpointService.GetCheckpoint:input_type -> nodeconfig.v1.GetCheckpointRequest
+	6,  // 23: nodeconfig.v1.CheckpointService.ListCheckpoints:input_type -> nodeconfig.v1.ListCheckpointsRequest
+	8,  // 24: nodeconfig.v1.CheckpointService.DeleteCheckpoint:input_type -> nodeconfig.v1.DeleteCheckpointRequest
+	10, // 25: nodeconfig.v1.CheckpointService.GetRecords:input_type -> nodeconfig.v1.GetRecordsRequest
+	12, // 26: nodeconfig.v1.CheckpointService.SetAssigned:input_type -> nodeconfig.v1.SetAssignedRequest
+	14, // 27: nodeconfig.v1.CheckpointService.Activate:input_type -> nodeconfig.v1.ActivateRequest
+	16, // 28: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:input_type -> nodeconfig.v1.PromoteLastKnownGoodRequest
+	18, // 29: nodeconfig.v1.CheckpointService.SetError:input_type -> nodeconfig.v1.SetErrorRequest
+	20, // 30: nodeconfig.v1.CheckpointService.Reset:input_type -> nodeconfig.v1.ResetRequest
+	22, // 31: nodeconfig.v1.CheckpointService.RepairDrift:input_type -> nodeconfig.v1.RepairDriftRequest
+	24, // 32: nodeconfig.v1.CheckpointService.WatchRecords:input_type -> nodeconfig.v1.WatchRecordsRequest
+	26, // 33: nodeconfig.v1.CheckpointService.PreviewConfig:input_type -> nodeconfig.v1.PreviewConfigRequest
+	3,  // 34: nodeconfig.v1.CheckpointService.PutCheckpoint:output_type -> nodeconfig.v1.PutCheckpointResponse
+	5,  // 35: nodeconfig.v1.CheckpointService.GetCheckpoint:output_type -> nodeconfig.v1.GetCheckpointResponse
+	7,  // 36: nodeconfig.v1.CheckpointService.ListCheckpoints:output_type -> nodeconfig.v1.ListCheckpointsResponse
+	9,  // 37: nodeconfig.v1.CheckpointService.DeleteCheckpoint:output_type -> nodeconfig.v1.DeleteCheckpointResponse
+	11, // 38: nodeconfig.v1.CheckpointService.GetRecords:output_type -> nodeconfig.v1.GetRecordsResponse
+	13, // 39: nodeconfig.v1.CheckpointService.SetAssigned:output_type -> nodeconfig.v1.SetAssignedResponse
+	15, // 40: nodeconfig.v1.CheckpointService.Activate:output_type -> nodeconfig.v1.ActivateResponse
+	17, // 41: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:output_type -> nodeconfig.v1.PromoteLastKnownGoodResponse
+	19, // 42: nodeconfig.v1.CheckpointService.SetError:output_type -> nodeconfig.v1.SetErrorResponse
+	21, // 43: nodeconfig.v1.CheckpointService.Reset:output_type -> nodeconfig.v1.ResetResponse
+	23, // 44: nodeconfig.v1.CheckpointService.RepairDrift:output_type -> nodeconfig.v1.RepairDriftResponse
+	25, // 45: nodeconfig.v1.CheckpointService.WatchRecords:output_type -> nodeconfig.v1.WatchRecordsResponse
+	27, // 46: nodeconfig.v1.CheckpointService.PreviewConfig:output_type -> nodeconfig.v1.PreviewConfigResponse
+	34, // [34:47] is the sub-list for method output_type
+	21, // [21:34] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_checkpoint_proto_init() }
@@ -1485,7 +1643,7 @@ func file_nodeconfig_v1_checkpoint_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodeconfig_v1_checkpoint_proto_rawDesc), len(file_nodeconfig_v1_checkpoint_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	CheckpointService_Reset_FullMethodName                = "/nodeconfig.v1.CheckpointService/Reset"
 	CheckpointService_RepairDrift_FullMethodName          = "/nodeconfig.v1.CheckpointService/RepairDrift"
 	CheckpointService_WatchRecords_FullMethodName         = "/nodeconfig.v1.CheckpointService/WatchRecords"
+	CheckpointService_PreviewConfig_FullMethodName        = "/nodeconfig.v1.CheckpointService/PreviewConfig"
 )
 
 // CheckpointServiceClient is the client API for CheckpointService service.
@@ -74,6 +75,11 @@ type CheckpointServiceClient interface {
 	// WatchRecords sends the current records, then every change. A slow
 	// watcher skips intermediate states but always receives the latest.
 	WatchRecords(ctx context.Context, in *WatchRecordsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRecordsResponse], error)
+	// PreviewConfig shows the configuration the node's consumer would run
+	// with a payload in the place of the node's file, merged with the node's
+	// own files as the consumer merges them, and whether the node's validator
+	// accepts it. It writes nothing.
+	PreviewConfig(ctx context.Context, in *PreviewConfigRequest, opts ...grpc.CallOption) (*PreviewConfigResponse, error)
 }
 
 type checkpointServiceClient struct {
@@ -213,6 +219,16 @@ func (c *checkpointServiceClient) WatchRecords(ctx context.Context, in *WatchRec
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type CheckpointService_WatchRecordsClient = grpc.ServerStreamingClient[WatchRecordsResponse]
 
+func (c *checkpointServiceClient) PreviewConfig(ctx context.Context, in *PreviewConfigRequest, opts ...grpc.CallOption) (*PreviewConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewConfigResponse)
+	err := c.cc.Invoke(ctx, CheckpointService_PreviewConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CheckpointServiceServer is the server API for CheckpointService service.
 // All implementations must embed UnimplementedCheckpointServiceServer
 // for forward compatibility.
@@ -254,6 +270,11 @@ type CheckpointServiceServer interface {
 	// WatchRecords sends the current records, then every change. A slow
 	// watcher skips intermediate states but always receives the latest.
 	WatchRecords(*WatchRecordsRequest, grpc.ServerStreamingServer[WatchRecordsResponse]) error
+	// PreviewConfig shows the configuration the node's consumer would run
+	// with a payload in the place of the node's file, merged with the node's
+	// own files as the consumer merges them, and whether the node's validator
+	// accepts it. It writes nothing.
+	PreviewConfig(context.Context, *PreviewConfigRequest) (*PreviewConfigResponse, error)
 	mustEmbedUnimplementedCheckpointServiceServer()
 }
 
@@ -299,6 +320,9 @@ func (UnimplementedCheckpointServiceServer) RepairDrift(context.Context, *Repair
 }
 func (UnimplementedCheckpointServiceServer) WatchRecords(*WatchRecordsRequest, grpc.ServerStreamingServer[WatchRecordsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchRecords not implemented")
+}
+func (UnimplementedCheckpointServiceServer) PreviewConfig(context.Context, *PreviewConfigRequest) (*PreviewConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewConfig not implemented")
 }
 func (UnimplementedCheckpointServiceServer) mustEmbedUnimplementedCheckpointServiceServer() {}
 func (UnimplementedCheckpointServiceServer) testEmbeddedByValue()                           {}
@@ -530,6 +554,24 @@ func _CheckpointService_WatchRecords_Handler(srv interface{}, stream grpc.Server
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type CheckpointService_WatchRecordsServer = grpc.ServerStreamingServer[WatchRecordsResponse]
 
+func _CheckpointService_PreviewConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CheckpointServiceServer).PreviewConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CheckpointService_PreviewConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CheckpointServiceServer).PreviewConfig(ctx, req.(*PreviewConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CheckpointService_ServiceDesc is the grpc.ServiceDesc for CheckpointService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -580,6 +622,10 @@ var CheckpointService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RepairDrift",
 			Handler:    _CheckpointService_RepairDrift_Handler,
+		},
+		{
+			MethodName: "PreviewConfig",
+			Handler:    _CheckpointService_PreviewConfig_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -486,11 +486,131 @@ func (*ResyncResponse) Descriptor() ([]byte, []int) {
 	return file_nodeconfig_v1_reconciler_proto_rawDescGZIP(), []int{6}
 }
 
+// PreviewNodeRequest names a node.
+type PreviewNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_name of the Node.
+	NodeName      string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewNodeRequest) Reset() {
+	*x = PreviewNodeRequest{}
+	mi := &file_nodeconfig_v1_reconciler_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewNodeRequest) ProtoMessage() {}
+
+func (x *PreviewNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_reconciler_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewNodeRequest.ProtoReflect.Descriptor instead.
+func (*PreviewNodeRequest) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_reconciler_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PreviewNodeRequest) GetNodeName() string {
+	if x != nil {
+		return x.NodeName
+	}
+	return ""
+}
+
+// PreviewNodeResponse is the desired config and what the node says of it.
+type PreviewNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// node_config is the NodeConfig selecting the node; empty if none.
+	NodeConfig string `protobuf:"bytes,1,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
+	// source is the desired config, pinned; unset when the NodeConfig wants
+	// the local default.
+	Source *ConfigSource `protobuf:"bytes,2,opt,name=source,proto3" json:"source,omitempty"`
+	// payload is the desired file as the node would be given it.
+	Payload []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	// preview is the node's answer.
+	Preview       *PreviewConfigResponse `protobuf:"bytes,4,opt,name=preview,proto3" json:"preview,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewNodeResponse) Reset() {
+	*x = PreviewNodeResponse{}
+	mi := &file_nodeconfig_v1_reconciler_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewNodeResponse) ProtoMessage() {}
+
+func (x *PreviewNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_reconciler_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewNodeResponse.ProtoReflect.Descriptor instead.
+func (*PreviewNodeResponse) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_reconciler_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PreviewNodeResponse) GetNodeConfig() string {
+	if x != nil {
+		return x.NodeConfig
+	}
+	return ""
+}
+
+func (x *PreviewNodeResponse) GetSource() *ConfigSource {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *PreviewNodeResponse) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *PreviewNodeResponse) GetPreview() *PreviewConfigResponse {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
 var File_nodeconfig_v1_reconciler_proto protoreflect.FileDescriptor
 
 const file_nodeconfig_v1_reconciler_proto_rawDesc = "" +
 	"\n" +
-	"\x1enodeconfig/v1/reconciler.proto\x12\rnodeconfig.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19nodeconfig/v1/types.proto\"\xc2\x03\n" +
+	"\x1enodeconfig/v1/reconciler.proto\x12\rnodeconfig.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1enodeconfig/v1/checkpoint.proto\x1a\x19nodeconfig/v1/types.proto\"\xc2\x03\n" +
 	"\tNodeState\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1f\n" +
 	"\vnode_config\x18\x02 \x01(\tR\n" +
@@ -513,7 +633,15 @@ const file_nodeconfig_v1_reconciler_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\v2\x18.nodeconfig.v1.NodeStateR\x04node\",\n" +
 	"\rResyncRequest\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\"\x10\n" +
-	"\x0eResyncResponse*\xa2\x02\n" +
+	"\x0eResyncResponse\"1\n" +
+	"\x12PreviewNodeRequest\x12\x1b\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\"\xc5\x01\n" +
+	"\x13PreviewNodeResponse\x12\x1f\n" +
+	"\vnode_config\x18\x01 \x01(\tR\n" +
+	"nodeConfig\x123\n" +
+	"\x06source\x18\x02 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\x12>\n" +
+	"\apreview\x18\x04 \x01(\v2$.nodeconfig.v1.PreviewConfigResponseR\apreview*\xa2\x02\n" +
 	"\x0eLifecycleState\x12\x1f\n" +
 	"\x1bLIFECYCLE_STATE_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dLIFECYCLE_STATE_LOCAL_DEFAULT\x10\x01\x12\x1b\n" +
@@ -523,11 +651,12 @@ const file_nodeconfig_v1_reconciler_proto_rawDesc = "" +
 	"\x1bLIFECYCLE_STATE_ROLLED_BACK\x10\x05\x12\x1b\n" +
 	"\x17LIFECYCLE_STATE_FAILING\x10\x06\x12\x1c\n" +
 	"\x18LIFECYCLE_STATE_CONFLICT\x10\a\x12\x1a\n" +
-	"\x16LIFECYCLE_STATE_HALTED\x10\b2\xf4\x01\n" +
+	"\x16LIFECYCLE_STATE_HALTED\x10\b2\xca\x02\n" +
 	"\x11ReconcilerService\x12N\n" +
 	"\tListNodes\x12\x1f.nodeconfig.v1.ListNodesRequest\x1a .nodeconfig.v1.ListNodesResponse\x12H\n" +
 	"\aGetNode\x12\x1d.nodeconfig.v1.GetNodeRequest\x1a\x1e.nodeconfig.v1.GetNodeResponse\x12E\n" +
-	"\x06Resync\x12\x1c.nodeconfig.v1.ResyncRequest\x1a\x1d.nodeconfig.v1.ResyncResponseB0Z.nodeconfig.io/proto/nodeconfig/v1;nodeconfigv1b\x06proto3"
+	"\x06Resync\x12\x1c.nodeconfig.v1.ResyncRequest\x1a\x1d.nodeconfig.v1.ResyncResponse\x12T\n" +
+	"\vPreviewNode\x12!.nodeconfig.v1.PreviewNodeRequest\x1a\".nodeconfig.v1.PreviewNodeResponseB0Z.nodeconfig.io/proto/nodeconfig/v1;nodeconfigv1b\x06proto3"
 
 var (
 	file_nodeconfig_v1_reconciler_proto_rawDescOnce sync.Once
@@ -542,7 +671,7 @@ func file_nodeconfig_v1_reconciler_proto_rawDescGZIP() []byte {
 }
 
 var file_nodeconfig_v1_reconciler_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_nodeconfig_v1_reconciler_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_nodeconfig_v1_reconciler_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_nodeconfig_v1_reconciler_proto_goTypes = []any{
 	(LifecycleState)(0),           // 0: nodeconfig.v1.LifecycleState
 	(*NodeState)(nil),             // 1: nodeconfig.v1.NodeState
@@ -552,29 +681,37 @@ var file_nodeconfig_v1_reconciler_proto_goTypes = []any{
 	(*GetNodeResponse)(nil),       // 5: nodeconfig.v1.GetNodeResponse
 	(*ResyncRequest)(nil),         // 6: nodeconfig.v1.ResyncRequest
 	(*ResyncResponse)(nil),        // 7: nodeconfig.v1.ResyncResponse
-	(*NodeConfigStatus)(nil),      // 8: nodeconfig.v1.NodeConfigStatus
-	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*PreviewNodeRequest)(nil),    // 8: nodeconfig.v1.PreviewNodeRequest
+	(*PreviewNodeResponse)(nil),   // 9: nodeconfig.v1.PreviewNodeResponse
+	(*NodeConfigStatus)(nil),      // 10: nodeconfig.v1.NodeConfigStatus
+	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*ConfigSource)(nil),          // 13: nodeconfig.v1.ConfigSource
+	(*PreviewConfigResponse)(nil), // 14: nodeconfig.v1.PreviewConfigResponse
 }
 var file_nodeconfig_v1_reconciler_proto_depIdxs = []int32{
 	0,  // 0: nodeconfig.v1.NodeState.state:type_name -> nodeconfig.v1.LifecycleState
-	8,  // 1: nodeconfig.v1.NodeState.status:type_name -> nodeconfig.v1.NodeConfigStatus
-	9,  // 2: nodeconfig.v1.NodeState.backoff:type_name -> google.protobuf.Duration
-	10, // 3: nodeconfig.v1.NodeState.next_reconcile_time:type_name -> google.protobuf.Timestamp
-	10, // 4: nodeconfig.v1.NodeState.soak_ends_time:type_name -> google.protobuf.Timestamp
+	10, // 1: nodeconfig.v1.NodeState.status:type_name -> nodeconfig.v1.NodeConfigStatus
+	11, // 2: nodeconfig.v1.NodeState.backoff:type_name -> google.protobuf.Duration
+	12, // 3: nodeconfig.v1.NodeState.next_reconcile_time:type_name -> google.protobuf.Timestamp
+	12, // 4: nodeconfig.v1.NodeState.soak_ends_time:type_name -> google.protobuf.Timestamp
 	1,  // 5: nodeconfig.v1.ListNodesResponse.nodes:type_name -> nodeconfig.v1.NodeState
 	1,  // 6: nodeconfig.v1.GetNodeResponse.node:type_name -> nodeconfig.v1.NodeState
-	2,  // 7: nodeconfig.v1.ReconcilerService.ListNodes:input_type -> nodeconfig.v1.ListNodesRequest
-	4,  // 8: nodeconfig.v1.ReconcilerService.GetNode:input_type -> nodeconfig.v1.GetNodeRequest
-	6,  // 9: nodeconfig.v1.ReconcilerService.Resync:input_type -> nodeconfig.v1.ResyncRequest
-	3,  // 10: nodeconfig.v1.ReconcilerService.ListNodes:output_type -> nodeconfig.v1.ListNodesResponse
-	5,  // 11: nodeconfig.v1.ReconcilerService.GetNode:output_type -> nodeconfig.v1.GetNodeResponse
-	7,  // 12: nodeconfig.v1.ReconcilerService.Resync:output_type -> nodeconfig.v1.ResyncResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	13, // 7: nodeconfig.v1.PreviewNodeResponse.source:type_name -> nodeconfig.v1.ConfigSource
+	14, // 8: nodeconfig.v1.PreviewNodeResponse.preview:type_name -> nodeconfig.v1.PreviewConfigResponse
+	2,  // 9: nodeconfig.v1.ReconcilerService.ListNodes:input_type -> nodeconfig.v1.ListNodesRequest
+	4,  // 10: nodeconfig.v1.ReconcilerService.GetNode:input_type -> nodeconfig.v1.GetNodeRequest
+	6,  // 11: nodeconfig.v1.ReconcilerService.Resync:input_type -> nodeconfig.v1.ResyncRequest
+	8,  // 12: nodeconfig.v1.ReconcilerService.PreviewNode:input_type -> nodeconfig.v1.PreviewNodeRequest
+	3,  // 13: nodeconfig.v1.ReconcilerService.ListNodes:output_type -> nodeconfig.v1.ListNodesResponse
+	5,  // 14: nodeconfig.v1.ReconcilerService.GetNode:output_type -> nodeconfig.v1.GetNodeResponse
+	7,  // 15: nodeconfig.v1.ReconcilerService.Resync:output_type -> nodeconfig.v1.ResyncResponse
+	9,  // 16: nodeconfig.v1.ReconcilerService.PreviewNode:output_type -> nodeconfig.v1.PreviewNodeResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_reconciler_proto_init() }
@@ -582,6 +719,7 @@ func file_nodeconfig_v1_reconciler_proto_init() {
 	if File_nodeconfig_v1_reconciler_proto != nil {
 		return
 	}
+	file_nodeconfig_v1_checkpoint_proto_init()
 	file_nodeconfig_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -589,7 +727,7 @@ func file_nodeconfig_v1_reconciler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodeconfig_v1_reconciler_proto_rawDesc), len(file_nodeconfig_v1_reconciler_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ReconcilerService_ListNodes_FullMethodName = "/nodeconfig.v1.ReconcilerService/ListNodes"
-	ReconcilerService_GetNode_FullMethodName   = "/nodeconfig.v1.ReconcilerService/GetNode"
-	ReconcilerService_Resync_FullMethodName    = "/nodeconfig.v1.ReconcilerService/Resync"
+	ReconcilerService_ListNodes_FullMethodName   = "/nodeconfig.v1.ReconcilerService/ListNodes"
+	ReconcilerService_GetNode_FullMethodName     = "/nodeconfig.v1.ReconcilerService/GetNode"
+	ReconcilerService_Resync_FullMethodName      = "/nodeconfig.v1.ReconcilerService/Resync"
+	ReconcilerService_PreviewNode_FullMethodName = "/nodeconfig.v1.ReconcilerService/PreviewNode"
 )
 
 // ReconcilerServiceClient is the client API for ReconcilerService service.
@@ -37,6 +38,10 @@ type ReconcilerServiceClient interface {
 	GetNode(ctx context.Context, in *GetNodeRequest, opts ...grpc.CallOption) (*GetNodeResponse, error)
 	// Resync reconciles a node now, ignoring its backoff.
 	Resync(ctx context.Context, in *ResyncRequest, opts ...grpc.CallOption) (*ResyncResponse, error)
+	// PreviewNode shows what the node would run with the config its
+	// NodeConfig wants for it, merged on the node with its own files, before
+	// the node is given it.
+	PreviewNode(ctx context.Context, in *PreviewNodeRequest, opts ...grpc.CallOption) (*PreviewNodeResponse, error)
 }
 
 type reconcilerServiceClient struct {
@@ -77,6 +82,16 @@ func (c *reconcilerServiceClient) Resync(ctx context.Context, in *ResyncRequest,
 	return out, nil
 }
 
+func (c *reconcilerServiceClient) PreviewNode(ctx context.Context, in *PreviewNodeRequest, opts ...grpc.CallOption) (*PreviewNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewNodeResponse)
+	err := c.cc.Invoke(ctx, ReconcilerService_PreviewNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReconcilerServiceServer is the server API for ReconcilerService service.
 // All implementations must embed UnimplementedReconcilerServiceServer
 // for forward compatibility.
@@ -90,6 +105,10 @@ type ReconcilerServiceServer interface {
 	GetNode(context.Context, *GetNodeRequest) (*GetNodeResponse, error)
 	// Resync reconciles a node now, ignoring its backoff.
 	Resync(context.Context, *ResyncRequest) (*ResyncResponse, error)
+	// PreviewNode shows what the node would run with the config its
+	// NodeConfig wants for it, merged on the node with its own files, before
+	// the node is given it.
+	PreviewNode(context.Context, *PreviewNodeRequest) (*PreviewNodeResponse, error)
 	mustEmbedUnimplementedReconcilerServiceServer()
 }
 
@@ -108,6 +127,9 @@ func (UnimplementedReconcilerServiceServer) GetNode(context.Context, *GetNodeReq
 }
 func (UnimplementedReconcilerServiceServer) Resync(context.Context, *ResyncRequest) (*ResyncResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Resync not implemented")
+}
+func (UnimplementedReconcilerServiceServer) PreviewNode(context.Context, *PreviewNodeRequest) (*PreviewNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewNode not implemented")
 }
 func (UnimplementedReconcilerServiceServer) mustEmbedUnimplementedReconcilerServiceServer() {}
 func (UnimplementedReconcilerServiceServer) testEmbeddedByValue()                           {}
@@ -184,6 +206,24 @@ func _ReconcilerService_Resync_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReconcilerService_PreviewNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReconcilerServiceServer).PreviewNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReconcilerService_PreviewNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReconcilerServiceServer).PreviewNode(ctx, req.(*PreviewNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReconcilerService_ServiceDesc is the grpc.ServiceDesc for ReconcilerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -202,6 +242,10 @@ var ReconcilerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Resync",
 			Handler:    _ReconcilerService_Resync_Handler,
+		},
+		{
+			MethodName: "PreviewNode",
+			Handler:    _ReconcilerService_PreviewNode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

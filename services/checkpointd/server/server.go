@@ -20,6 +20,7 @@ import (
 	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
+	"nodeconfig.io/services/configcheck/kubeletcheck"
 )
 
 // Options say where a node's state and config live.
@@ -32,6 +33,9 @@ type Options struct {
 	MaxWatchers int
 	Registerer  prometheus.Registerer // nil: no metrics
 	Log         *slog.Logger
+	// KubeletConfig is the kubelet's --config file: with it a kubelet
+	// drop-in is judged merged with it and the other drop-ins of TargetDir.
+	KubeletConfig string
 	// Consumer, when set, restarts the file's consumer after every change
 	// of the file and gates the soak on its health (RunConsumer).
 	Consumer *consumer.Gate
@@ -60,6 +64,9 @@ func Open(o Options) (*Checkpointd, error) {
 		Metrics:     lifecycle.NewMetrics(o.Registerer),
 		Log:         o.Log,
 		MaxWatchers: o.MaxWatchers,
+	}
+	if o.KubeletConfig != "" {
+		lo.Kubelet = &kubeletcheck.Node{BaseConfig: o.KubeletConfig, DropInDir: o.TargetDir, Own: lo.Target.Path()}
 	}
 	if o.Consumer != nil { // a nil *Gate in the interface would not be nil
 		lo.Consumer = o.Consumer

@@ -86,6 +86,7 @@ func run() error {
 			Labels:          map[string]string{demoLabel: "true"},
 			CheckpointdAddr: fmt.Sprintf("127.0.0.1:%d", 7601+10*i),
 			StatusdAddr:     fmt.Sprintf("127.0.0.1:%d", 7602+10*i),
+			KubeletConfig:   baseKubeletConfig(i),
 		})
 		if err != nil {
 			return err
@@ -148,6 +149,19 @@ func sample(ctx context.Context, c *cluster.Cluster, soak int) error {
 
 // printNextSteps prints commands that work as printed; lines starting with
 // "  $ " are run by the make-run test.
+// baseKubeletConfig is node i's own kubelet config, as each machine of a
+// real fleet has one: the nodes differ (maxPods), so a drop-in merges into
+// a different effective config on each (kubectl nodeconfig diff shows it).
+func baseKubeletConfig(i int) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# The kubelet refuses a cgroup v1 host without this, and the agent judges as
+# the kubelet on this host would.
+failCgroupV1: false
+maxPods: %d
+`, 110+140*min(i, 1)+10*max(i-1, 0))
+}
+
 func printNextSteps(kubeconfig string, n0 *sim.Node) {
 	k := "kubectl --kubeconfig " + kubeconfig
 	fmt.Printf(`

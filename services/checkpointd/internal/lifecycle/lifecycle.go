@@ -24,6 +24,7 @@ import (
 	"nodeconfig.io/services/checkpointd/internal/store"
 	"nodeconfig.io/services/checkpointd/internal/validate"
 	"nodeconfig.io/services/configcheck"
+	"nodeconfig.io/services/configcheck/kubeletcheck"
 )
 
 // DefaultSoakSeconds is the seeds' 10-minute soak.
@@ -42,6 +43,9 @@ type Service struct {
 	// consumer, when set, restarts the file's consumer after every change of
 	// the file and gates the soak on its health.
 	consumer Consumer
+	// kubelet, when set, is where the node's kubelet reads its config: a
+	// kubelet drop-in is judged merged with the node's own files.
+	kubelet *kubeletcheck.Node
 
 	// mu orders record changes with target writes, so the file on disk and
 	// the active record never disagree for long.
@@ -60,6 +64,9 @@ type Options struct {
 	Log         *slog.Logger
 	MaxWatchers int
 	Consumer    Consumer
+	// Kubelet, when set, judges a kubelet drop-in merged with the node's
+	// base config and its other drop-ins, as the kubelet merges them.
+	Kubelet *kubeletcheck.Node
 }
 
 // Consumer is the gate of the file's consumer (consumer.Gate): woken after
@@ -74,7 +81,7 @@ func New(o Options) *Service {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Service{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers, consumer: o.Consumer}
+	return &Service{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers, consumer: o.Consumer, kubelet: o.Kubelet}
 }
 
 // PutCheckpoint stores a ConfigMap version.
@@ -578,10 +585,22 @@ func (s *Service) load(src *nodeconfigv1.ConfigSource, v nodeconfigv1.Validator)
 	if !ok {
 		return nil, configcheck.ReasonLoadFailed, fmt.Errorf("checkpoint has no key %q", src.GetKey())
 	}
-	if err := configcheck.Payload(v, []byte(value)); err != nil {
+	if err := s.judge(v, []byte(value)); err != nil {
 		return nil, configcheck.ReasonValidationFailed, err
 	}
 	return []byte(value), "", nil
+}
+
+// judge validates a payload as it would stand on this node: a kubelet
+// drop-in merged with the node's own files where the node knows them.
+func (s *Service) judge(v nodeconfigv1.Validator, payload []byte) error {
+	if v != nodeconfigv1.Validator_VALIDATOR_KUBELET || s.kubelet == nil {
+		return configcheck.Payload(v, payload)
+	}
+	if _, err := s.kubelet.Effective(context.Background(), payload); err != nil {
+		return fmt.Errorf("invalid KubeletConfiguration merged with the node's files: %w", err)
+	}
+	return nil
 }
 
 // RunGC sweeps unreferenced payloads every interval until ctx ends.

@@ -4,6 +4,7 @@ package reconcilerapi
 
 import (
 	"context"
+	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,6 +20,7 @@ type Nodes interface {
 	NodeInfos() []controller.NodeInfo
 	NodeInfo(name string) (controller.NodeInfo, bool)
 	Resync(name string)
+	Preview(ctx context.Context, name string) (*controller.Preview, error)
 }
 
 // Service implements nodeconfig.v1.ReconcilerService.
@@ -76,6 +78,25 @@ func (s *Service) Resync(_ context.Context, req *nodeconfigv1.ResyncRequest) (*n
 	}
 	n.Resync(req.GetNodeName())
 	return &nodeconfigv1.ResyncResponse{}, nil
+}
+
+// PreviewNode shows what a node would run with its desired config.
+func (s *Service) PreviewNode(ctx context.Context, req *nodeconfigv1.PreviewNodeRequest) (*nodeconfigv1.PreviewNodeResponse, error) {
+	if req.GetNodeName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "node_name is required")
+	}
+	n, err := s.nodes()
+	if err != nil {
+		return nil, err
+	}
+	p, err := n.Preview(ctx, req.GetNodeName())
+	if errors.Is(err, controller.ErrNoSuchNode) {
+		return nil, status.Error(codes.NotFound, err.Error())
+	}
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return &nodeconfigv1.PreviewNodeResponse{NodeConfig: p.NodeConfig, Source: p.Source, Payload: p.Payload, Preview: p.Node}, nil
 }
 
 func toProto(info controller.NodeInfo) *nodeconfigv1.NodeState {
