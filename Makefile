@@ -69,8 +69,8 @@ node-packages: ## containerd, runc, the CNI plugins and iptables from Debian, wh
 generate: $(TOOLS) ## regenerate the Go code of proto/
 	buf generate
 
-build: ## build the three services into ./bin
-	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES))
+build: ## build the three services and the kubectl plugin (kubectl-nodeconfig) into ./bin
+	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES) kubectl-nodeconfig)
 
 $(BIN)/ocibuild: tools/go.mod tools/go.sum tools/cmd/ocibuild/main.go
 	GOWORK=off go -C tools build -o $(BIN)/ocibuild ./cmd/ocibuild

@@ -1,0 +1,245 @@
+// Package status builds and prints `kubectl nodeconfig status`: per
+// NodeConfig its conditions, pause and counts, and one line per node it
+// selects with the node's phase, versions, error and soak end.
+package status
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
+	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodestatus"
+	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
+)
+
+// Input is what status reads.
+type Input struct {
+	NodeConfigs []nodeconfigs.NodeConfig
+	Nodes       []corev1.Node
+	Reconciler  report.Reconciler
+	// States are the reconciler's ListNodes by node name; nil when it was
+	// not reachable.
+	States map[string]*nodeconfigv1.NodeState
+}
+
+// Report is the output; its JSON is `status -o json`.
+type Report struct {
+	Reconciler  report.Reconciler `json:"reconciler"`
+	NodeConfigs []NodeConfig      `json:"nodeConfigs"`
+}
+
+// NodeConfig is one NodeConfig and the nodes it selects.
+type NodeConfig struct {
+	Name string `json:"name"`
+	// Source is null for the nodes' local default.
+	Source      *nodeconfigs.ConfigMapSource `json:"source"`
+	Paused      bool                         `json:"paused"`
+	Ready       *report.Condition            `json:"ready"`
+	Progressing *report.Condition            `json:"progressing"`
+	Degraded    *report.Condition            `json:"degraded"`
+	NextWindow  *time.Time                   `json:"nextWindow,omitempty"`
+	Counts      Counts                       `json:"counts"`
+	Nodes       []Node                       `json:"nodes"`
+}
+
+// Counts are the NodeConfig's status counts.
+type Counts struct {
+	Selected   int32 `json:"selected"`
+	Active     int32 `json:"active"`
+	Soaking    int32 `json:"soaking"`
+	Waiting    int32 `json:"waiting"`
+	RolledBack int32 `json:"rolledBack"`
+	Failing    int32 `json:"failing"`
+}
+
+// Node is one selected node.
+type Node struct {
+	Name string `json:"name"`
+	// Phase and Ready are the NodeConfigReady condition's reason and
+	// status; empty until statusd reports.
+	Phase   string `json:"phase"`
+	Ready   string `json:"ready"`
+	Message string `json:"message"`
+	// Versions from the config-status annotation; null is the local default.
+	Assigned      *report.Version `json:"assigned"`
+	Active        *report.Version `json:"active"`
+	LastKnownGood *report.Version `json:"lastKnownGood"`
+	// Reported is false while the node has no readable annotation.
+	Reported bool   `json:"reported"`
+	Error    string `json:"error"`
+	// ReconcilerState is the reconciler's lifecycle state ("SOAKING",
+	// "WAITING", ...); empty when it was not reachable or does not know
+	// the node.
+	ReconcilerState string `json:"reconcilerState,omitempty"`
+	// SoakEnds is when the node's trial ends, while it soaks.
+	SoakEnds *time.Time `json:"soakEnds,omitempty"`
+}
+
+// Build joins the NodeConfigs, the nodes they select and the reconciler's
+// view. A node selected by two NodeConfigs shows under both.
+func Build(in Input) Report {
+	r := Report{Reconciler: in.Reconciler, NodeConfigs: []NodeConfig{}}
+	nodes := append([]corev1.Node(nil), in.Nodes...)
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	for i := range in.NodeConfigs {
+		nc := &in.NodeConfigs[i]
+		out := NodeConfig{
+			Name:        nc.Name,
+			Source:      nc.ConfigMap(),
+			Paused:      nc.Spec.Rollout.Paused,
+			Ready:       report.FromMeta(nc.Condition(nodeconfigs.ConditionReady)),
+			Progressing: report.FromMeta(nc.Condition(nodeconfigs.ConditionProgressing)),
+			Degraded:    report.FromMeta(nc.Condition(nodeconfigs.ConditionDegraded)),
+			Counts: Counts{Selected: nc.Status.Selected, Active: nc.Status.Active, Soaking: nc.Status.Soaking,
+				Waiting: nc.Status.Waiting, RolledBack: nc.Status.RolledBack, Failing: nc.Status.Failing},
+			Nodes: []Node{},
+		}
+		if nc.Status.NextWindow != nil {
+			t := nc.Status.NextWindow.Time
+			out.NextWindow = &t
+		}
+		for j := range nodes {
+			if nc.Selects(nodes[j].Labels) {
+				out.Nodes = append(out.Nodes, node(&nodes[j], in.States))
+			}
+		}
+		r.NodeConfigs = append(r.NodeConfigs, out)
+	}
+	return r
+}
+
+func node(n *corev1.Node, states map[string]*nodeconfigv1.NodeState) Node {
+	ns := nodestatus.Read(n)
+	out := Node{Name: n.Name, Assigned: ns.Assigned, Active: ns.Active, LastKnownGood: ns.LastKnownGood, Reported: ns.Reported, Error: ns.Error}
+	if ns.Unreadable != "" {
+		out.Error = ns.Unreadable
+	}
+	if c := ns.Condition; c != nil {
+		out.Phase, out.Ready, out.Message = c.Reason, c.Status, c.Message
+	}
+	if st := states[n.Name]; st != nil {
+		out.ReconcilerState = report.State(st.GetState())
+		if st.GetSoakEndsTime() != nil {
+			t := st.GetSoakEndsTime().AsTime()
+			out.SoakEnds = &t
+		}
+	}
+	return out
+}
+
+// Text prints the report for a person.
+func Text(w io.Writer, r Report, now time.Time) error {
+	ew := &errWriter{w: w}
+	if r.Reconciler.Reachable {
+		ew.printf("reconciler: %s\n", r.Reconciler.Via)
+	} else {
+		ew.printf("reconciler: not reachable (%s); lifecycle states and soak ends are not shown\n", r.Reconciler.Error)
+	}
+	if len(r.NodeConfigs) == 0 {
+		ew.printf("\nno NodeConfigs\n")
+	}
+	for _, nc := range r.NodeConfigs {
+		ew.printf("\nNodeConfig %s (%s)\n", nc.Name, sourceText(nc.Source))
+		ew.printf("  Ready=%s  Progressing=%s  Degraded=%s  paused=%t  selected=%d active=%d soaking=%d waiting=%d rolledBack=%d failing=%d\n",
+			nc.Ready.Short(), nc.Progressing.Short(), nc.Degraded.Short(), nc.Paused,
+			nc.Counts.Selected, nc.Counts.Active, nc.Counts.Soaking, nc.Counts.Waiting, nc.Counts.RolledBack, nc.Counts.Failing)
+		if nc.Degraded != nil && nc.Degraded.Status == "True" {
+			ew.printf("  Degraded: %s\n", nc.Degraded.Message)
+		}
+		if nc.Progressing != nil && (nc.Progressing.Reason == nodeconfigs.ReasonPaused || nc.Progressing.Reason == nodeconfigs.ReasonOutsideWindow) {
+			ew.printf("  Progressing: %s\n", nc.Progressing.Message)
+		}
+		if nc.NextWindow != nil {
+			ew.printf("  next maintenance window: %s\n", report.When(*nc.NextWindow, now))
+		}
+		if len(nc.Nodes) == 0 {
+			ew.printf("  (selects no node)\n")
+			continue
+		}
+		tw := tabwriter.NewWriter(ew, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  NODE\tPHASE\tREADY\tRECONCILER\tASSIGNED\tACTIVE\tLAST-KNOWN-GOOD\tSOAK ENDS\tERROR")
+		ns, name := "", ""
+		if nc.Source != nil {
+			ns, name = nc.Source.Namespace, nc.Source.Name
+		}
+		for _, n := range nc.Nodes {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name,
+				orDash(n.Phase), orDash(n.Ready), reconcilerCell(n, r.Reconciler.Reachable),
+				versionCell(n.Assigned, n.Reported, ns, name), versionCell(n.Active, n.Reported, ns, name), versionCell(n.LastKnownGood, n.Reported, ns, name),
+				soakCell(n, r.Reconciler.Reachable, now), orDash(oneLine(n.Error)))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return ew.err
+}
+
+func sourceText(s *nodeconfigs.ConfigMapSource) string {
+	if s == nil {
+		return "the nodes' local default"
+	}
+	return fmt.Sprintf("ConfigMap %s/%s key %s", s.Namespace, s.Name, s.Key)
+}
+
+func versionCell(v *report.Version, reported bool, ns, name string) string {
+	if !reported {
+		return "?"
+	}
+	return v.Text(ns, name)
+}
+
+func reconcilerCell(n Node, reachable bool) string {
+	switch {
+	case !reachable:
+		return "?"
+	case n.ReconcilerState == "":
+		return "unknown"
+	}
+	return strings.ToLower(n.ReconcilerState)
+}
+
+func soakCell(n Node, reachable bool, now time.Time) string {
+	switch {
+	case !reachable:
+		return "?"
+	case n.SoakEnds == nil:
+		return "-"
+	}
+	return report.When(*n.SoakEnds, now)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps a table row one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+func (e *errWriter) printf(format string, args ...any) { fmt.Fprintf(e, format, args...) }

@@ -1,0 +1,495 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/nodeview"
+	"nodeconfig.io/test/proc"
+)
+
+// The reconciler's address in 'make run'.
+const makeRunReconciler = "127.0.0.1:7603"
+
+var nodeConfigGVR = schema.GroupVersionResource{Group: "nodeconfig.io", Version: "v1alpha1", Resource: "nodeconfigs"}
+
+// The built kubectl plugin against 'make run's cluster: status, status -o
+// json, why, pause, resume and diff, each checked against what the API
+// server stores (the Node's annotation and condition, the NodeConfig's
+// spec) and what the reconciler answers.
+func TestKubectlPluginAgainstMakeRun(t *testing.T) {
+	state, err := os.MkdirTemp("", "nc-plugin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(state) })
+	plugin := filepath.Join(state, "kubectl-nodeconfig")
+	if out, err := exec.Command("go", "build", "-o", plugin, "nodeconfig.io/services/kubectl-nodeconfig").CombinedOutput(); err != nil {
+		t.Fatalf("build the plugin: %v\n%s", err, out)
+	}
+	kubeconfig := startMakeRun(t, state)
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+
+	run := func(args ...string) (string, string, error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, plugin, append(args, "--kubeconfig", kubeconfig)...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
+	}
+	mustRun := func(args ...string) string {
+		t.Helper()
+		out, stderr, err := run(args...)
+		if err != nil {
+			t.Fatalf("kubectl-nodeconfig %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr)
+		}
+		t.Logf("$ kubectl nodeconfig %s\n%s", strings.Join(args, " "), out)
+		return out
+	}
+
+	// The demo rollout finishes: both nodes have the config assigned,
+	// active and last-known-good, and the NodeConfig is Ready.
+	nodes := []string{"node-0", "node-1"}
+	err = proc.WaitFor(2*time.Minute, func() (bool, error) {
+		for _, n := range nodes {
+			st, c, err := nodeview.Read(ctx, kube, n)
+			if err != nil || c.Reason != "Active" || nodeview.ResourceVersion(st.Assigned) == "" ||
+				nodeview.ResourceVersion(st.Active) != nodeview.ResourceVersion(st.Assigned) || nodeview.ResourceVersion(st.LastKnownGood) != nodeview.ResourceVersion(st.Assigned) {
+				return false, err
+			}
+		}
+		nc, err := dyn.Resource(nodeConfigGVR).Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return conditionReason(nc, "Ready") == "AllNodesActive", nil
+	})
+	if err != nil {
+		t.Fatalf("the demo rollout did not finish: %v", err)
+	}
+	type truth struct {
+		status    corev1.NodeConfigStatus
+		condition *corev1.NodeCondition
+	}
+	truths := map[string]truth{}
+	for _, n := range nodes {
+		st, c, err := nodeview.Read(ctx, kube, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		truths[n] = truth{st, c}
+	}
+	rv := func(n string) string { return nodeview.ResourceVersion(truths[n].status.Active) }
+
+	t.Run("status", func(t *testing.T) {
+		out := mustRun("status", "--reconciler", makeRunReconciler)
+		for _, want := range []string{
+			"reconciler: " + makeRunReconciler + "\n",
+			"NodeConfig demo (ConfigMap nodeconfig-demo/kubelet-config key config.yaml)\n",
+			"  Ready=True/AllNodesActive  Progressing=False/RolloutComplete  Degraded=False/AsExpected  paused=false  selected=2 active=2 ",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("status does not say %q", want)
+			}
+		}
+		for _, n := range nodes {
+			got := row(out, n)
+			c := truths[n].condition
+			want := []string{n, c.Reason, string(c.Status), "active", rv(n), rv(n), rv(n), "-", "-"}
+			if !slices.Equal(got, want) {
+				t.Errorf("status row of %s = %q, want %q (from the Node)", n, got, want)
+			}
+		}
+	})
+
+	t.Run("status -o json", func(t *testing.T) {
+		var doc struct {
+			Reconciler struct {
+				Reachable bool   `json:"reachable"`
+				Via       string `json:"via"`
+			} `json:"reconciler"`
+			NodeConfigs []struct {
+				Name   string `json:"name"`
+				Paused bool   `json:"paused"`
+				Ready  struct {
+					Status string `json:"status"`
+					Reason string `json:"reason"`
+				} `json:"ready"`
+				Counts struct {
+					Selected int32 `json:"selected"`
+					Active   int32 `json:"active"`
+				} `json:"counts"`
+				Nodes []struct {
+					Name            string `json:"name"`
+					Phase           string `json:"phase"`
+					Ready           string `json:"ready"`
+					Assigned        *jsonVersion
+					Active          *jsonVersion
+					LastKnownGood   *jsonVersion
+					Reported        bool   `json:"reported"`
+					Error           string `json:"error"`
+					ReconcilerState string `json:"reconcilerState"`
+				} `json:"nodes"`
+			} `json:"nodeConfigs"`
+		}
+		if err := json.Unmarshal([]byte(mustRun("status", "-o", "json", "--reconciler", makeRunReconciler)), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if !doc.Reconciler.Reachable || doc.Reconciler.Via != makeRunReconciler || len(doc.NodeConfigs) != 1 {
+			t.Fatalf("status -o json: %+v", doc)
+		}
+		nc := doc.NodeConfigs[0]
+		if nc.Name != "demo" || nc.Paused || nc.Ready.Reason != "AllNodesActive" || nc.Counts.Selected != 2 || nc.Counts.Active != 2 || len(nc.Nodes) != 2 {
+			t.Fatalf("the demo NodeConfig: %+v", nc)
+		}
+		for i, n := range nc.Nodes {
+			tr := truths[nodes[i]]
+			if n.Name != nodes[i] || n.Phase != tr.condition.Reason || n.Ready != string(tr.condition.Status) || !n.Reported || n.Error != tr.status.Error || n.ReconcilerState != "ACTIVE" {
+				t.Errorf("node %d: %+v", i, n)
+			}
+			for name, pair := range map[string][2]any{"assigned": {n.Assigned, tr.status.Assigned}, "active": {n.Active, tr.status.Active}, "lastKnownGood": {n.LastKnownGood, tr.status.LastKnownGood}} {
+				got, want := pair[0].(*jsonVersion), pair[1].(*corev1.NodeConfigSource)
+				if got == nil || want == nil || got.ResourceVersion != want.ConfigMap.ResourceVersion || got.UID != string(want.ConfigMap.UID) ||
+					got.Namespace != want.ConfigMap.Namespace || got.Name != want.ConfigMap.Name || got.Key != want.ConfigMap.KubeletConfigKey {
+					t.Errorf("%s %s = %+v, the annotation says %+v", n.Name, name, got, want)
+				}
+			}
+		}
+	})
+
+	t.Run("why", func(t *testing.T) {
+		out := mustRun("why", "node-0", "--reconciler", makeRunReconciler)
+		for _, want := range []string{
+			"node-0 is selected by NodeConfig demo (nodeSelector nodeconfig.io/demo=true), which wants ConfigMap nodeconfig-demo/kubelet-config key config.yaml (validator kubelet).\n",
+			fmt.Sprintf("Its NodeConfigReady condition is %s with reason %s since ", truths["node-0"].condition.Status, truths["node-0"].condition.Reason),
+			fmt.Sprintf("It has ConfigMap nodeconfig-demo/kubelet-config key config.yaml at resourceVersion %s assigned, active and last-known-good.\n", rv("node-0")),
+			"The reconciler sees it as ACTIVE (its assigned config is active and last-known-good).\n",
+			"NodeConfig demo is Ready (AllNodesActive)",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("why node-0 does not say %q", want)
+			}
+		}
+		var doc struct {
+			SelectedBy     []string `json:"selectedBy"`
+			ReconcilerNode struct {
+				NodeConfig string `json:"nodeConfig"`
+				State      string `json:"state"`
+			} `json:"reconcilerNode"`
+			Active *jsonVersion `json:"active"`
+		}
+		if err := json.Unmarshal([]byte(mustRun("why", "node-1", "-o", "json", "--reconciler", makeRunReconciler)), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(doc.SelectedBy, []string{"demo"}) || doc.ReconcilerNode.State != "ACTIVE" || doc.ReconcilerNode.NodeConfig != "demo" || doc.Active == nil || doc.Active.ResourceVersion != rv("node-1") {
+			t.Errorf("why node-1 -o json: %+v", doc)
+		}
+	})
+
+	t.Run("pause and resume", func(t *testing.T) {
+		out := mustRun("pause", "demo")
+		if !strings.HasPrefix(out, "NodeConfig demo paused (spec.rollout.paused=true, generation ") {
+			t.Errorf("pause says %q", out)
+		}
+		if got := pausedInSpec(t, dyn, "demo"); got != true {
+			t.Fatalf("after pause, spec.rollout.paused = %v", got)
+		}
+		if out := mustRun("status", "demo", "--reconciler", makeRunReconciler); !strings.Contains(out, "  paused=true  ") {
+			t.Errorf("status after pause does not say paused=true")
+		}
+		if out := mustRun("why", "node-0", "--reconciler", makeRunReconciler); !strings.Contains(out, "NodeConfig demo is paused (spec.rollout.paused)") {
+			t.Errorf("why after pause does not say the NodeConfig is paused")
+		}
+		var r struct {
+			Name       string `json:"name"`
+			Paused     *bool  `json:"paused"`
+			Generation int64  `json:"generation"`
+		}
+		if err := json.Unmarshal([]byte(mustRun("resume", "demo", "-o", "json")), &r); err != nil {
+			t.Fatal(err)
+		}
+		nc, err := dyn.Resource(nodeConfigGVR).Get(ctx, "demo", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Name != "demo" || r.Paused == nil || *r.Paused || r.Generation != nc.GetGeneration() {
+			t.Errorf("resume -o json = %+v, the NodeConfig's generation %d", r, nc.GetGeneration())
+		}
+		if got := pausedInSpec(t, dyn, "demo"); got != false {
+			t.Fatalf("after resume, spec.rollout.paused = %v", got)
+		}
+		if _, stderr, err := run("pause", "no-such-nodeconfig"); err == nil || !strings.Contains(stderr, "NodeConfig no-such-nodeconfig") {
+			t.Errorf("pausing a missing NodeConfig: %v, %q", err, stderr)
+		}
+	})
+
+	t.Run("without the reconciler", func(t *testing.T) {
+		closed := closedAddr(t)
+		out := mustRun("status", "--reconciler", closed)
+		if !strings.HasPrefix(out, "reconciler: not reachable ("+closed+": Unavailable") {
+			t.Errorf("status does not say the reconciler was not reachable")
+		}
+		for _, n := range nodes {
+			c := truths[n].condition
+			if got, want := row(out, n), []string{n, c.Reason, string(c.Status), "?", rv(n), rv(n), rv(n), "?", "-"}; !slices.Equal(got, want) {
+				t.Errorf("status row of %s without the reconciler = %q, want %q", n, got, want)
+			}
+		}
+		if out := mustRun("why", "node-0", "--reconciler", closed); !strings.Contains(out, "The reconciler was not reachable ("+closed+": Unavailable") ||
+			!strings.Contains(out, "Its NodeConfigReady condition is True with reason Active") {
+			t.Errorf("why without the reconciler:\n%s", out)
+		}
+		// Without --reconciler: the Lease's holder in make run is no pod.
+		if out := mustRun("status"); !strings.Contains(out, "reconciler: not reachable (find the reconciler's leader: ") {
+			t.Errorf("status without --reconciler in make run:\n%s", out)
+		}
+		_, stderr, err := run("diff", "node-0", "--reconciler", closed)
+		if err == nil || !strings.Contains(stderr, "error: diff needs the reconciler, which is not reachable: "+closed) {
+			t.Errorf("diff without the reconciler: %v, %q", err, stderr)
+		}
+	})
+
+	t.Run("diff", func(t *testing.T) {
+		conn, err := grpc.NewClient(makeRunReconciler, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if _, err := nodeconfigv1.NewReconcilerServiceClient(conn).PreviewNode(cctx, &nodeconfigv1.PreviewNodeRequest{NodeName: "node-0"}); status.Code(err) == codes.Unimplemented {
+			t.Skip("the reconciler does not implement PreviewNode yet")
+		}
+		// Paused, the nodes keep the drop-in they run while diff previews
+		// the next one.
+		mustRun("pause", "demo")
+		defer mustRun("resume", "demo")
+		// A drop-in that leaves maxPods to each node's base config (node-0
+		// 110, node-1 250): the effective configs differ by node.
+		dropIn := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nserializeImagePulls: false\nregistryPullQPS: 7\n"
+		patch, _ := json.Marshal(map[string]any{"data": map[string]string{"config.yaml": dropIn}})
+		if _, err := kube.CoreV1().ConfigMaps("nodeconfig-demo").Patch(ctx, "kubelet-config", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			NodeConfig string       `json:"nodeConfig"`
+			Source     *jsonVersion `json:"source"`
+			Payload    string       `json:"payload"`
+			Files      []string     `json:"files"`
+			Merged     bool         `json:"merged"`
+			Current    string       `json:"current"`
+			Candidate  string       `json:"candidate"`
+			Refused    string       `json:"refused"`
+			Diff       string       `json:"diff"`
+		}
+		results := map[string]result{}
+		for _, n := range nodes {
+			var r result
+			var out, stderr string
+			err := proc.WaitFor(30*time.Second, func() (bool, error) {
+				var err error
+				if out, stderr, err = run("diff", n, "-o", "json", "--reconciler", makeRunReconciler); err != nil {
+					return false, fmt.Errorf("%v: %s", err, stderr)
+				}
+				r = result{}
+				return json.Unmarshal([]byte(out), &r) == nil && r.Payload == dropIn, nil
+			})
+			if err != nil {
+				t.Fatalf("diff %s -o json never previewed the new drop-in: %v\n%s%s", n, err, out, stderr)
+			}
+			if r.NodeConfig != "demo" || r.Source == nil || r.Source.Name != "kubelet-config" || !r.Merged || len(r.Files) == 0 || r.Refused != "" || r.Candidate == "" {
+				t.Fatalf("diff %s -o json: %+v", n, r)
+			}
+			results[n] = r
+		}
+		maxPods := regexp.MustCompile(`(?m)^maxPods: (\d+)$`)
+		for n, want := range map[string]string{"node-0": "110", "node-1": "250"} {
+			m := maxPods.FindStringSubmatch(results[n].Candidate)
+			if m == nil || m[1] != want {
+				t.Errorf("%s's effective config with the drop-in has maxPods %v, want %s (its base config's):\n%s", n, m, want, results[n].Candidate)
+			}
+			if !strings.Contains(results[n].Candidate, "registryPullQPS: 7") {
+				t.Errorf("%s's effective config with the drop-in lacks the drop-in's registryPullQPS: 7", n)
+			}
+		}
+		if results["node-0"].Candidate == results["node-1"].Candidate {
+			t.Error("node-0 and node-1 would run the same effective config")
+		}
+		out := mustRun("diff", "node-1", "--reconciler", makeRunReconciler)
+		for _, want := range []string{
+			"NodeConfig demo wants ConfigMap nodeconfig-demo/kubelet-config key config.yaml at resourceVersion ",
+			"\nThe drop-in:\n  apiVersion: kubelet.config.k8s.io/v1beta1\n  kind: KubeletConfiguration\n  serializeImagePulls: false\n  registryPullQPS: 7\n",
+			"\nThe node merges, in order: " + strings.Join(results["node-1"].Files, ", ") + ".\n",
+			"+registryPullQPS: 7\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("diff node-1 does not say %q", want)
+			}
+		}
+		if results["node-1"].Diff == "" || !strings.Contains(out, results["node-1"].Diff) {
+			t.Errorf("diff node-1 does not print the unified diff of -o json")
+		}
+	})
+}
+
+type jsonVersion struct {
+	Namespace       string `json:"namespace"`
+	Name            string `json:"name"`
+	UID             string `json:"uid"`
+	ResourceVersion string `json:"resourceVersion"`
+	Key             string `json:"key"`
+}
+
+// row is the fields of a node's line in status's table.
+func row(out, node string) []string {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == node {
+			return f
+		}
+	}
+	return nil
+}
+
+func conditionReason(nc *unstructured.Unstructured, typ string) string {
+	conds, _, _ := unstructured.NestedSlice(nc.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == typ {
+			r, _ := m["reason"].(string)
+			return r
+		}
+	}
+	return ""
+}
+
+func pausedInSpec(t *testing.T, dyn dynamic.Interface, name string) any {
+	t.Helper()
+	nc, err := dyn.Resource(nodeConfigGVR).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _, _ := unstructured.NestedFieldNoCopy(nc.Object, "spec", "rollout", "paused")
+	return v
+}
+
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	return addr
+}
+
+// startMakeRun starts 'make run' headless (two nodes, a 5 s soak) as the
+// make-run test does, and returns its kubeconfig; it is stopped with
+// Ctrl-C when the test ends.
+func startMakeRun(t *testing.T, state string) string {
+	t.Helper()
+	root, err := proc.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	binDir, err := proc.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := net.DialTimeout("tcp", makeRunReconciler, time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("%s is taken: another 'make run' is running", makeRunReconciler)
+	}
+	localrun := filepath.Join(state, "localrun")
+	if out, err := exec.Command("go", "build", "-o", localrun, "nodeconfig.io/test/cmd/localrun").CombinedOutput(); err != nil {
+		t.Fatalf("build localrun: %v\n%s", err, out)
+	}
+	cmd := exec.Command(localrun, "--nodes", "2", "--state", state, "--bin", binDir, "--soak-seconds", "5")
+	cmd.Dir = root
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(state, "localrun.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var exitErr error
+	exited, ready := make(chan struct{}), make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(io.TeeReader(stdout, logf))
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(ready)
+			}
+		}
+		exitErr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-exited:
+			if exitErr != nil {
+				t.Errorf("localrun exit after Ctrl-C: %v", exitErr)
+			}
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Error("localrun did not stop within 60s of Ctrl-C")
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("localrun output:\n%s", b)
+		}
+	})
+	select {
+	case <-ready:
+	case <-exited:
+		t.Fatalf("localrun exited before ready: %v", exitErr)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("localrun not ready within 2 minutes")
+	}
+	return filepath.Join(state, "kubeconfig")
+}
