@@ -139,20 +139,26 @@ func (e *env) resyncAndWait(name string, timeout time.Duration, want nodeconfigv
 }
 
 // resync asks the reconciler to sync a node and returns the node's state
-// once that sync has run: the node's sync count moves past its value
-// before the ask (a Resync only enqueues).
+// once a sync that began after the ask has run. A Resync only enqueues, and
+// a sync under way when it was asked (begun before it) ends after it: so
+// the wait is not for the ended syncs to move, but for them to pass the
+// syncs begun at the ask, which the Resync returns (a node's syncs run one
+// at a time).
 func (e *env) resync(name string, timeout time.Duration) *nodeconfigv1.NodeState {
 	e.t.Helper()
-	var before uint64
-	// A reconciler that just started answers Unavailable until it leads.
+	var ticket uint64
+	// A reconciler that just started answers Unavailable until it leads,
+	// and NotFound for a node it has not synced yet.
 	err := proc.WaitFor(timeout, func() (bool, error) {
-		st, err := e.reconciler.Client().GetNode(e.ctx, &nodeconfigv1.GetNodeRequest{NodeName: name})
+		if _, err := e.reconciler.Client().GetNode(e.ctx, &nodeconfigv1.GetNodeRequest{NodeName: name}); err != nil {
+			return false, err
+		}
+		resp, err := e.reconciler.Client().Resync(e.ctx, &nodeconfigv1.ResyncRequest{NodeName: name})
 		if err != nil {
 			return false, err
 		}
-		before = st.GetNode().GetSyncs()
-		_, err = e.reconciler.Client().Resync(e.ctx, &nodeconfigv1.ResyncRequest{NodeName: name})
-		return err == nil, err
+		ticket = resp.GetSyncsStarted()
+		return true, nil
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -160,9 +166,10 @@ func (e *env) resync(name string, timeout time.Duration) *nodeconfigv1.NodeState
 	var got *nodeconfigv1.NodeState
 	if err := proc.WaitFor(timeout, func() (bool, error) {
 		got = e.nodeState(name)
-		return got.GetSyncs() > before, nil
+		return got.GetSyncs() > ticket, nil
 	}); err != nil {
-		e.t.Fatalf("node %s: no sync after the resync (syncs %d): %v", name, got.GetSyncs(), err)
+		e.t.Fatalf("node %s: no sync began after the resync and ran (syncs begun at the resync %d; now %d ended, %d begun): %v",
+			name, ticket, got.GetSyncs(), got.GetSyncsStarted(), err)
 	}
 	return got
 }

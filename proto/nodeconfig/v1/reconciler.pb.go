@@ -122,8 +122,12 @@ type NodeState struct {
 	// soak_ends_time is when the current trial ends; unset when not soaking.
 	SoakEndsTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=soak_ends_time,json=soakEndsTime,proto3" json:"soak_ends_time,omitempty"`
 	// syncs counts the node's completed syncs since this reconciler started
-	// leading: a Resync has run once it is past the value read before it.
-	Syncs         uint64 `protobuf:"varint,10,opt,name=syncs,proto3" json:"syncs,omitempty"`
+	// leading (a sync that ended early with an error included): a Resync has
+	// run once it is past the ResyncResponse's syncs_started.
+	Syncs uint64 `protobuf:"varint,10,opt,name=syncs,proto3" json:"syncs,omitempty"`
+	// syncs_started counts the node's syncs begun since this reconciler
+	// started leading; it is past syncs while a sync is under way.
+	SyncsStarted  uint64 `protobuf:"varint,11,opt,name=syncs_started,json=syncsStarted,proto3" json:"syncs_started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -224,6 +228,13 @@ func (x *NodeState) GetSoakEndsTime() *timestamppb.Timestamp {
 func (x *NodeState) GetSyncs() uint64 {
 	if x != nil {
 		return x.Syncs
+	}
+	return 0
+}
+
+func (x *NodeState) GetSyncsStarted() uint64 {
+	if x != nil {
+		return x.SyncsStarted
 	}
 	return 0
 }
@@ -449,9 +460,13 @@ func (x *ResyncRequest) GetNodeName() string {
 	return ""
 }
 
-// ResyncResponse is empty.
+// ResyncResponse says when the resync has run.
 type ResyncResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// syncs_started is the node's NodeState.syncs_started when the resync was
+	// asked for: a sync that began after the ask has run once the node's
+	// NodeState.syncs is past it (a node's syncs run one at a time).
+	SyncsStarted  uint64 `protobuf:"varint,1,opt,name=syncs_started,json=syncsStarted,proto3" json:"syncs_started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -484,6 +499,13 @@ func (x *ResyncResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ResyncResponse.ProtoReflect.Descriptor instead.
 func (*ResyncResponse) Descriptor() ([]byte, []int) {
 	return file_nodeconfig_v1_reconciler_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ResyncResponse) GetSyncsStarted() uint64 {
+	if x != nil {
+		return x.SyncsStarted
+	}
+	return 0
 }
 
 // PreviewNodeRequest names a node.
@@ -610,7 +632,7 @@ var File_nodeconfig_v1_reconciler_proto protoreflect.FileDescriptor
 
 const file_nodeconfig_v1_reconciler_proto_rawDesc = "" +
 	"\n" +
-	"\x1enodeconfig/v1/reconciler.proto\x12\rnodeconfig.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1enodeconfig/v1/checkpoint.proto\x1a\x19nodeconfig/v1/types.proto\"\xc2\x03\n" +
+	"\x1enodeconfig/v1/reconciler.proto\x12\rnodeconfig.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1enodeconfig/v1/checkpoint.proto\x1a\x19nodeconfig/v1/types.proto\"\xe7\x03\n" +
 	"\tNodeState\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1f\n" +
 	"\vnode_config\x18\x02 \x01(\tR\n" +
@@ -623,7 +645,8 @@ const file_nodeconfig_v1_reconciler_proto_rawDesc = "" +
 	"\x13next_reconcile_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x11nextReconcileTime\x12@\n" +
 	"\x0esoak_ends_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\fsoakEndsTime\x12\x14\n" +
 	"\x05syncs\x18\n" +
-	" \x01(\x04R\x05syncs\"\x12\n" +
+	" \x01(\x04R\x05syncs\x12#\n" +
+	"\rsyncs_started\x18\v \x01(\x04R\fsyncsStarted\"\x12\n" +
 	"\x10ListNodesRequest\"C\n" +
 	"\x11ListNodesResponse\x12.\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x18.nodeconfig.v1.NodeStateR\x05nodes\"-\n" +
@@ -632,8 +655,9 @@ const file_nodeconfig_v1_reconciler_proto_rawDesc = "" +
 	"\x0fGetNodeResponse\x12,\n" +
 	"\x04node\x18\x01 \x01(\v2\x18.nodeconfig.v1.NodeStateR\x04node\",\n" +
 	"\rResyncRequest\x12\x1b\n" +
-	"\tnode_name\x18\x01 \x01(\tR\bnodeName\"\x10\n" +
-	"\x0eResyncResponse\"1\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\"5\n" +
+	"\x0eResyncResponse\x12#\n" +
+	"\rsyncs_started\x18\x01 \x01(\x04R\fsyncsStarted\"1\n" +
 	"\x12PreviewNodeRequest\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\"\xc5\x01\n" +
 	"\x13PreviewNodeResponse\x12\x1f\n" +

@@ -93,6 +93,9 @@ type Controller struct {
 
 	mu    sync.Mutex
 	nodes map[string]*NodeInfo
+	// syncs counts each node's syncs, begun and ended, apart from nodes: a
+	// node is in nodes (seen) only once a sync recorded it.
+	syncs map[string]*syncCount
 	// departing indexes the nodes by the NodeConfig they leave, trials
 	// the nodes on trial or rolled back by the NodeConfig they are on.
 	departing map[string]map[string]struct{}
@@ -132,9 +135,12 @@ type NodeInfo struct {
 	// generation its last sync was computed for: a NodeConfig's status
 	// observes a generation only once all its nodes were synced at it.
 	Generations map[types.UID]int64
-	// Syncs counts the completed syncs (GetNode shows it, so a caller can
-	// wait for the sync a Resync asked for).
-	Syncs uint64
+	// Syncs counts the ended syncs, those that ended early with an error
+	// too, and SyncsStarted the begun ones: a node's syncs run one at a
+	// time (the work queue never hands a key to two workers), so once
+	// Syncs is past the SyncsStarted that Resync returned, a sync that
+	// began after the Resync has run (GetNode shows both).
+	Syncs, SyncsStarted uint64
 	// indexed is where admission counts the node (trials.go).
 	indexed indexed
 }
@@ -167,6 +173,7 @@ func New(o Options) *Controller {
 		ncQ:        workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
 		metrics:    o.Metrics,
 		nodes:      map[string]*NodeInfo{},
+		syncs:      map[string]*syncCount{},
 		departing:  map[string]map[string]struct{}{},
 		trials:     map[string]*trialIndex{},
 		selections: map[selectorKey]*selection{},
@@ -277,10 +284,51 @@ func (c *Controller) processNext(ctx context.Context, name string, q workqueue.T
 	return true
 }
 
-// Resync reconciles a node now, dropping its backoff.
-func (c *Controller) Resync(node string) {
+// Resync reconciles a node now, dropping its backoff. It returns the
+// node's SyncsStarted before the ask: the node has been synced since once
+// its Syncs is past that. The count is read before the node is queued, so a
+// sync is sure to begin after it (if one is under way, the queue runs the
+// node again once it ends).
+func (c *Controller) Resync(node string) (syncsStarted uint64) {
+	c.mu.Lock()
+	if n := c.syncs[node]; n != nil {
+		syncsStarted = n.started
+	}
+	c.mu.Unlock()
 	c.nodeQ.Forget(node)
 	c.nodeQ.Add(node)
+	return syncsStarted
+}
+
+// syncCount is a node's syncs begun and ended.
+type syncCount struct{ started, ended uint64 }
+
+// syncBegan counts a sync of node beginning; the returned func counts it
+// ending, whatever way it ends (not after the node was forgotten).
+func (c *Controller) syncBegan(node string) (ended func()) {
+	c.mu.Lock()
+	n := c.syncs[node]
+	if n == nil {
+		n = &syncCount{}
+		c.syncs[node] = n
+	}
+	n.started++
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.syncs[node] == n {
+			n.ended++
+		}
+	}
+}
+
+// withSyncsLocked fills info's sync counts; c.mu must be held.
+func (c *Controller) withSyncsLocked(info NodeInfo) NodeInfo {
+	if n := c.syncs[info.Name]; n != nil {
+		info.Syncs, info.SyncsStarted = n.ended, n.started
+	}
+	return info
 }
 
 // NodeInfos returns copies of every node's info, by name.
@@ -289,7 +337,7 @@ func (c *Controller) NodeInfos() []NodeInfo {
 	defer c.mu.Unlock()
 	out := make([]NodeInfo, 0, len(c.nodes))
 	for _, n := range c.nodes {
-		out = append(out, *n)
+		out = append(out, c.withSyncsLocked(*n))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -303,7 +351,7 @@ func (c *Controller) NodeInfo(name string) (NodeInfo, bool) {
 	if !ok {
 		return NodeInfo{}, false
 	}
-	return *n, true
+	return c.withSyncsLocked(*n), true
 }
 
 // nodeConfigs lists every NodeConfig from the cache.

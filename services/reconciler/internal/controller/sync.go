@@ -33,6 +33,9 @@ var validators = map[string]nodeconfigv1.Validator{
 
 // syncNode runs the lifecycle policy for one node.
 func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, error) {
+	// Counted before anything is read, so a sync counted after a Resync
+	// read everything after it.
+	defer c.syncBegan(name)()
 	node, err := c.o.Nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.forgetNode(name)
@@ -251,7 +254,6 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 	}
 	newGeneration := !maps.Equal(generations, info.Generations)
 	info.Generations = generations
-	info.Syncs++
 	info.State = res.State
 	if res.Records != nil {
 		info.Records = res.Records
@@ -358,6 +360,7 @@ func (c *Controller) forgetNode(name string) {
 		c.reindexLocked(info)
 	}
 	delete(c.nodes, name)
+	delete(c.syncs, name)
 	c.mu.Unlock()
 	c.nodeQ.Forget(name)
 	c.o.Agents.Forget(name)

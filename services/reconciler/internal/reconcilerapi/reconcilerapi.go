@@ -19,7 +19,7 @@ import (
 type Nodes interface {
 	NodeInfos() []controller.NodeInfo
 	NodeInfo(name string) (controller.NodeInfo, bool)
-	Resync(name string)
+	Resync(name string) (syncsStarted uint64)
 	Preview(ctx context.Context, name string) (*controller.Preview, error)
 }
 
@@ -76,8 +76,7 @@ func (s *Service) Resync(_ context.Context, req *nodeconfigv1.ResyncRequest) (*n
 	if err != nil {
 		return nil, err
 	}
-	n.Resync(req.GetNodeName())
-	return &nodeconfigv1.ResyncResponse{}, nil
+	return &nodeconfigv1.ResyncResponse{SyncsStarted: n.Resync(req.GetNodeName())}, nil
 }
 
 // PreviewNode shows what a node would run with its desired config.
@@ -101,12 +100,13 @@ func (s *Service) PreviewNode(ctx context.Context, req *nodeconfigv1.PreviewNode
 
 func toProto(info controller.NodeInfo) *nodeconfigv1.NodeState {
 	st := &nodeconfigv1.NodeState{
-		NodeName:   info.Name,
-		NodeConfig: info.NodeConfig,
-		State:      info.State,
-		Error:      info.Err,
-		Failures:   int32(info.Failures),
-		Syncs:      info.Syncs,
+		NodeName:     info.Name,
+		NodeConfig:   info.NodeConfig,
+		State:        info.State,
+		Error:        info.Err,
+		Failures:     int32(info.Failures),
+		Syncs:        info.Syncs,
+		SyncsStarted: info.SyncsStarted,
 	}
 	if info.Records != nil {
 		st.Status = info.Records.Status()
