@@ -9,6 +9,7 @@ import (
 	"time"
 
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -40,8 +41,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if sf.Auth == "token" {
-		// Only TokenReview: the store never talks to the API server.
+	if sf.Auth == "token" || sf.MetricsAuth == "token" {
+		// Only reviews of its callers: the store never talks to the API server.
 		restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 		if err != nil {
 			return fmt.Errorf("kubernetes client config for --auth=token: %w", err)
@@ -55,6 +56,12 @@ func run() error {
 			return err
 		}
 		sf.TokenReviews = client.TokenReviews()
+		sf.SigningKeys = servekit.SigningKeys(client.RESTClient())
+		authz, err := authorizationv1client.NewForConfig(restCfg)
+		if err != nil {
+			return err
+		}
+		sf.MetricsClients = servekit.MetricsClients{Authentication: client, Authorization: authz}
 	}
 	srv, err := servekit.New(sf, log)
 	if err != nil {

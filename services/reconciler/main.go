@@ -161,6 +161,8 @@ func run() error {
 	}
 
 	sf.TokenReviews = kube.AuthenticationV1().TokenReviews()
+	sf.SigningKeys = servekit.SigningKeys(kube.AuthenticationV1().RESTClient())
+	sf.MetricsClients = servekit.MetricsClients{Authentication: kube.AuthenticationV1(), Authorization: kube.AuthorizationV1()}
 	srv, err := servekit.New(sf, log)
 	if err != nil {
 		return err

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/client-go/rest"
 
 	"nodeconfig.io/services/servekit/authn"
 )
@@ -53,6 +54,7 @@ const (
 	maxTCPConns       = 128
 	maxStreamsPerConn = 32
 	handshakeTimeout  = 10 * time.Second
+	maxConnectionIdle = 2 * time.Minute
 )
 
 // Flags are the listening flags every service has.
@@ -74,6 +76,15 @@ type Flags struct {
 	Allowed     []string
 	// TokenReviews is set by the service's main when Auth is "token".
 	TokenReviews authenticationv1client.TokenReviewInterface
+	// MetricsAuth is "none" or "token" (/metrics and /debug/pprof over TLS
+	// for users the cluster allows to get them).
+	MetricsAuth string
+	// MetricsClients is set by the service's main when MetricsAuth is "token".
+	MetricsClients MetricsClients
+	// SigningKeys, when set with TokenReviews, reads the cluster's
+	// ServiceAccount signing keys (the API server's /openid/v1/jwks): a
+	// token they do not verify is refused before any review.
+	SigningKeys func(context.Context) ([]byte, error)
 }
 
 // ReconcilerIdentity is who drives the agents in the shipped manifests.
@@ -86,6 +97,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics string)
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", defaultMetrics, "HTTP address for /metrics and /healthz; empty disables it")
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.MetricsAuth, "metrics-auth", "none", "who may read /metrics and /debug/pprof: none, or token (over TLS with --tls-cert-file, for a bearer token whose user RBAC allows to get the path, as for the kubelet's /metrics); /healthz stays open")
 	fs.BoolVar(&f.Profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on --metrics-addr")
 	fs.StringVar(&f.Auth, "auth", "none", "who may call over TCP: none (only allowed on a loopback --listen) or token (TLS plus a ServiceAccount token verified by TokenReview); the unix socket is always trusted")
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM) for TCP; reread every minute")
@@ -124,6 +136,15 @@ func (f *Flags) Check() error {
 		}
 	default:
 		return fmt.Errorf("--auth %q: want none or token", f.Auth)
+	}
+	switch f.MetricsAuth {
+	case "none":
+	case "token":
+		if f.TLSCertFile == "" || f.MetricsClients.Authentication == nil || f.MetricsClients.Authorization == nil {
+			return errors.New("--metrics-auth=token needs --tls-cert-file and --tls-key-file (tokens must not cross the network in clear text) and a Kubernetes client")
+		}
+	default:
+		return fmt.Errorf("--metrics-auth %q: want none or token", f.MetricsAuth)
 	}
 	if (f.TLSCertFile == "") != (f.TLSKeyFile == "") {
 		return errors.New("--tls-cert-file and --tls-key-file go together")
@@ -170,6 +191,7 @@ type Server struct {
 	Registry *prometheus.Registry
 	flags    Flags
 	log      *slog.Logger
+	keys     *authn.KeySet
 }
 
 // New builds a server. Extra options (interceptors, credentials) are
@@ -180,8 +202,12 @@ func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) (*Server, er
 	}
 	registry := prometheus.NewRegistry()
 	var guard *authn.Guard
+	var keys *authn.KeySet
 	if flags.Auth == "token" {
-		guard = authn.New(flags.TokenReviews, flags.Audience, flags.Allowed, registry)
+		if flags.SigningKeys != nil {
+			keys = authn.NewKeySet(flags.SigningKeys, log)
+		}
+		guard = authn.New(flags.TokenReviews, flags.Audience, flags.Allowed, registry).WithKeys(keys)
 	}
 	opts := append([]grpc.ServerOption{
 		grpc.InTapHandle(guard.Tap()),
@@ -192,6 +218,9 @@ func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) (*Server, er
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// An idle connection gives its slot back (the reconciler's pool
+		// closes its own after 30 s; this bounds everyone else's).
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: maxConnectionIdle}),
 	}, extra...)
 	s := &Server{
 		GRPC:     grpc.NewServer(opts...),
@@ -199,6 +228,7 @@ func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) (*Server, er
 		Registry: registry,
 		flags:    flags,
 		log:      log,
+		keys:     keys,
 	}
 	healthpb.RegisterHealthServer(s.GRPC, s.Health)
 	reflection.Register(s.GRPC)
@@ -212,6 +242,9 @@ func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) (*Server, er
 func (s *Server) Serve(ctx context.Context, serviceName string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if s.keys != nil {
+		go s.keys.Run(ctx)
+	}
 
 	var listeners []net.Listener
 	closeAll := func() {
@@ -226,7 +259,7 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 		}
 		// Streams (health watches included) cost memory before any
 		// authentication: bound the connections as well as their streams.
-		l = netutil.LimitListener(l, maxTCPConns)
+		l = netutil.LimitListener(limitPerHost(l, maxConnsPerHost), maxTCPConns)
 		if s.flags.TLSCertFile != "" {
 			certs, err := watchKeyPair(s.flags.TLSCertFile, s.flags.TLSKeyFile)
 			if err != nil {
@@ -234,17 +267,7 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 				return err
 			}
 			defer certs.Close()
-			l = tls.NewListener(l, &tls.Config{
-				GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-					km, err := certs.KeyMaterial(hello.Context())
-					if err != nil {
-						return nil, err
-					}
-					return &km.Certs[0], nil
-				},
-				MinVersion: tls.VersionTLS13,
-				NextProtos: []string{"h2"},
-			})
+			l = tls.NewListener(l, tlsFrom(certs, "h2"))
 		}
 		listeners = append(listeners, l)
 	}
@@ -267,8 +290,23 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 			closeAll()
 			return fmt.Errorf("listen on --metrics-addr %s: %w", s.flags.MetricsAddr, err)
 		}
+		var guard *metricsGuard
+		if s.flags.MetricsAuth == "token" {
+			// Bearer tokens must not cross the network in clear text.
+			certs, err := watchKeyPair(s.flags.TLSCertFile, s.flags.TLSKeyFile)
+			if err == nil {
+				guard, err = newMetricsGuard(s.flags.MetricsClients)
+			}
+			if err != nil {
+				_ = ml.Close()
+				closeAll()
+				return err
+			}
+			defer certs.Close()
+			ml = tls.NewListener(ml, tlsFrom(certs))
+		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", guard.wrap(promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{})))
 		// /healthz mirrors gRPC health: kubelet gRPC probes cannot speak TLS,
 		// so probes of a TLS port use this instead.
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -280,10 +318,10 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 			_, _ = w.Write([]byte("ok\n"))
 		})
 		if s.flags.Profiling {
-			mux.HandleFunc("/debug/pprof/", pprof.Index)
-			mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-			mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-			mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+			mux.Handle("/debug/pprof/", guard.wrap(http.HandlerFunc(pprof.Index)))
+			mux.Handle("/debug/pprof/profile", guard.wrap(http.HandlerFunc(pprof.Profile)))
+			mux.Handle("/debug/pprof/symbol", guard.wrap(http.HandlerFunc(pprof.Symbol)))
+			mux.Handle("/debug/pprof/trace", guard.wrap(http.HandlerFunc(pprof.Trace)))
 		}
 		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = metricsSrv.Serve(ml) }()
@@ -383,5 +421,14 @@ func Main(fn func() error) {
 	if err := fn(); err != nil && !errors.Is(err, ErrHelpShown) {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
+	}
+}
+
+// SigningKeys reads the cluster's ServiceAccount signing keys through the
+// API server's issuer discovery (readable by every ServiceAccount through
+// the default binding system:service-account-issuer-discovery).
+func SigningKeys(c rest.Interface) func(context.Context) ([]byte, error) {
+	return func(ctx context.Context) ([]byte, error) {
+		return c.Get().AbsPath("/openid/v1/jwks").DoRaw(ctx)
 	}
 }

@@ -59,6 +59,8 @@ func run() error {
 	defer conn.Close()
 
 	sf.TokenReviews = client.AuthenticationV1().TokenReviews()
+	sf.SigningKeys = servekit.SigningKeys(client.AuthenticationV1().RESTClient())
+	sf.MetricsClients = servekit.MetricsClients{Authentication: client.AuthenticationV1(), Authorization: client.AuthorizationV1()}
 	srv, err := servekit.New(sf, log)
 	if err != nil {
 		return err

@@ -35,9 +35,12 @@ const agentMemoryLimit = 128 << 20
 // peak RSS stays under its limit, and the TokenReviews it sent are bounded
 // by its review budget, whatever the flood's size. Half the tokens are not
 // JWTs (refused before the body is read, no review); half are well-formed
-// tokens for this node's audience signed by an unknown key: with 4 MiB they
-// are refused from the length prefix, with a small body they are reviewed
-// only within the budget and refused before their body beyond it.
+// tokens for this node's audience signed by a key that is not the
+// cluster's, one in four of them claiming the reconciler's own identity:
+// the agent knows the cluster's signing keys, so they are refused before
+// their body is read and cost no review, and cannot spend the budget the
+// reconciler's new tokens need. Without the keys they would be reviewed
+// within the budget (the bound below holds either way).
 func TestGarbageTokenFloodDoesNotStopARolloutNorExhaustTheAgent(t *testing.T) {
 	const calls, workers = 2000, 8
 	e := newSecureNodes(t, 1)
@@ -59,13 +62,18 @@ func TestGarbageTokenFloodDoesNotStopARolloutNorExhaustTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, nil)
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: key}, (&jose.SignerOptions{}).WithHeader("kid", "forged"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	forge := func(i int) string {
+		subject := "system:serviceaccount:evil:flood-" + strconv.Itoa(i)
+		if i%8 == 7 {
+			// Claims the reconciler itself, to spend its review budget.
+			subject = "system:serviceaccount:nodeconfig-system:" + reconcilerSA
+		}
 		tok, err := jwt.Signed(signer).Claims(jwt.Claims{
-			Subject: "system:serviceaccount:evil:flood-" + strconv.Itoa(i), Audience: jwt.Audience{audienceOf(n.Name)},
+			Subject: subject, Audience: jwt.Audience{audienceOf(n.Name)},
 			Expiry: jwt.NewNumericDate(time.Now().Add(time.Hour)),
 		}).Serialize()
 		if err != nil {

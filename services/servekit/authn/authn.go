@@ -69,8 +69,11 @@ type Guard struct {
 	// for the rest.
 	budget, othersBudget *rate.Limiter
 	now                  func() time.Time
-	denied               *prometheus.CounterVec
-	reviewed             prometheus.Counter
+	// keys, when set, are the cluster's signing keys: a token they do not
+	// verify is refused before review.
+	keys     *KeySet
+	denied   *prometheus.CounterVec
+	reviewed prometheus.Counter
 }
 
 // New builds a guard that accepts tokens for audience whose user is one of
@@ -95,6 +98,14 @@ func New(reviews authenticationv1client.TokenReviewInterface, audience string, a
 	g.cache = cache.NewLRUExpireCacheWithClock(cacheSize, clockFunc(func() time.Time { return g.now() }))
 	if reg != nil {
 		reg.MustRegister(g.denied, g.reviewed)
+	}
+	return g
+}
+
+// WithKeys makes the tap check signatures against the cluster's keys.
+func (g *Guard) WithKeys(k *KeySet) *Guard {
+	if g != nil {
+		g.keys = k
 	}
 	return g
 }
@@ -210,9 +221,10 @@ func bearer(md metadata.MD) string {
 	return ""
 }
 
-// claims reads a token's claims without verifying its signature (the
-// TokenReview does that) and says why it can never pass here: not a JWT,
-// not for our audience, expired or not yet valid.
+// claims reads a token's claims and says why it can never pass here: not a
+// JWT, not for our audience, expired or not yet valid, or (where the
+// cluster's keys are known) not signed by them. The TokenReview decides the
+// rest.
 func (g *Guard) claims(token string) (jwt.Claims, string) {
 	var c jwt.Claims
 	parsed, err := jwt.ParseSigned(token, tokenAlgorithms)
@@ -225,7 +237,7 @@ func (g *Guard) claims(token string) (jwt.Claims, string) {
 	if err := c.ValidateWithLeeway(jwt.Expected{AnyAudience: jwt.Audience{g.audience}, Time: g.now()}, time.Minute); err != nil {
 		return c, fmt.Sprintf("claims: %v", err)
 	}
-	return c, ""
+	return c, g.keys.verify(parsed)
 }
 
 // review asks the API server about a token, once per token at a time, and

@@ -1,0 +1,141 @@
+package authn
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// clusterKey is a signing key the fake cluster publishes.
+type clusterKey struct {
+	key *ecdsa.PrivateKey
+	id  string
+}
+
+func newClusterKey(t *testing.T, id string) clusterKey {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clusterKey{key, id}
+}
+
+func (k clusterKey) sign(t *testing.T, subject string) string {
+	t.Helper()
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: k.key}, (&jose.SignerOptions{}).WithHeader("kid", k.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	tok, err := jwt.Signed(signer).Claims(jwt.Claims{Subject: subject, Audience: []string{audience}, IssuedAt: jwt.NewNumericDate(now), Expiry: jwt.NewNumericDate(now.Add(time.Hour))}).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func published(keys ...clusterKey) func(context.Context) ([]byte, error) {
+	return func(context.Context) ([]byte, error) {
+		var set jose.JSONWebKeySet
+		for _, k := range keys {
+			set.Keys = append(set.Keys, jose.JSONWebKey{Key: &k.key.PublicKey, KeyID: k.id, Algorithm: string(jose.ES256), Use: "sig"})
+		}
+		return json.Marshal(set)
+	}
+}
+
+// A forged token that claims the reconciler's identity, with the right
+// audience and times but not the cluster's signature, is refused in the tap:
+// it spends neither a TokenReview nor the reconciler's review budget, so a
+// flood of them leaves room for the reconciler's own new token.
+func TestForgedTokensClaimingTheReconcilerSpendNoReviewBudget(t *testing.T) {
+	g, reviews := fakeReviews(t)
+	cluster := newClusterKey(t, "cluster-1")
+	keys := NewKeySet(published(cluster), slog.Default())
+	keys.refresh(context.Background())
+	g.WithKeys(keys)
+
+	forger := newClusterKey(t, "cluster-1") // claims the cluster's key id
+	for i := range 5 * reviewBurst {
+		err := tapCall(g, "tcp", forger.sign(t, reconciler), "/nodeconfig.v1.CheckpointService/Activate")
+		if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "signature") {
+			t.Fatalf("forged token %d: %v, want Unauthenticated naming the signature", i, err)
+		}
+	}
+	if n := reviews.Load(); n != 0 {
+		t.Fatalf("%d TokenReviews for forged tokens, want 0", n)
+	}
+	genuine := cluster.sign(t, reconciler)
+	if err := tapCall(g, "tcp", genuine, "/nodeconfig.v1.CheckpointService/Activate"); err != nil {
+		t.Fatalf("the reconciler's genuine token after the flood: %v", err)
+	}
+	if err := g.check(over("tcp", genuine), "/nodeconfig.v1.CheckpointService/Activate"); err != nil {
+		t.Fatalf("the reconciler's genuine token: %v", err)
+	}
+}
+
+// A token signed by a key the agent has not seen yet (the cluster rotated
+// its keys) is refused, and the keys are read again at once: the caller's
+// retry passes.
+func TestATokenOfANewKeyIsAcceptedOnceTheKeysAreReadAgain(t *testing.T) {
+	g, reviews := fakeReviews(t)
+	old, rotated := newClusterKey(t, "old"), newClusterKey(t, "new")
+	var mu sync.Mutex
+	current := published(old)
+	keys := NewKeySet(func(ctx context.Context) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return current(ctx)
+	}, slog.Default())
+	keys.refresh(context.Background())
+	g.WithKeys(keys)
+	mu.Lock()
+	current = published(old, rotated)
+	mu.Unlock()
+	keys.mu.Lock()
+	keys.now = func() time.Time { return time.Now().Add(time.Hour) } // long after the last read
+	keys.mu.Unlock()
+
+	token := rotated.sign(t, reconciler)
+	err := g.check(over("tcp", token), "/nodeconfig.v1.CheckpointService/Activate")
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), `key "new"`) {
+		t.Fatalf("a token of a key not read yet: %v, want Unauthenticated naming the key", err)
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return g.check(over("tcp", token), "/nodeconfig.v1.CheckpointService/Activate") == nil, nil
+	}); err != nil {
+		t.Fatal("the token of the rotated key is still refused: the keys were not read again")
+	}
+	if reviews.Load() != 1 {
+		t.Fatalf("%d reviews, want the one that decided", reviews.Load())
+	}
+}
+
+// Without keys (the API server does not publish them, or refuses this
+// agent) every well-formed token goes to review, as before.
+func TestWithoutKeysEveryTokenIsReviewed(t *testing.T) {
+	g, reviews := fakeReviews(t)
+	keys := NewKeySet(func(context.Context) ([]byte, error) { return nil, context.DeadlineExceeded }, slog.Default())
+	keys.refresh(context.Background())
+	g.WithKeys(keys)
+	if err := g.check(over("tcp", mint(t, reconciler, time.Hour, audience)), "/nodeconfig.v1.CheckpointService/Activate"); err != nil {
+		t.Fatal(err)
+	}
+	if reviews.Load() != 1 {
+		t.Fatalf("%d reviews, want 1", reviews.Load())
+	}
+}
