@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"nodeconfig.io/services/servekit/authn"
 )
@@ -180,7 +181,10 @@ func (f *Flags) Logger(service string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", f.LogFormat)
 	}
-	return slog.New(h).With("service", service), nil
+	log := slog.New(h).With("service", service)
+	// client-go logs through klog: one structured log, not two formats.
+	klog.SetSlogLogger(log)
+	return log, nil
 }
 
 // Server is a gRPC server with health, reflection and metrics, ready to have

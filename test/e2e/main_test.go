@@ -1,5 +1,5 @@
-// Package e2e turns the NodeConfigStatus documentation (seed 001) and the
-// reconciliation rules (seed 002) into tests: all three services run as
+// Package e2e turns the NodeConfigStatus field semantics (README, "How it
+// works") and the reconciliation rules into tests: all three services run as
 // real processes against a real API server, with short soaks and backoffs.
 package e2e
 

@@ -38,7 +38,8 @@ import (
 	"nodeconfig.io/services/reconciler/internal/policy"
 )
 
-// DefaultReconcileInterval is the mean periodic reconcile (seed 002).
+// DefaultReconcileInterval is the mean periodic reconcile, as Config
+// Connector reconciles its resources.
 const DefaultReconcileInterval = 10 * time.Minute
 
 // Options configure a Controller.

@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// newRateLimiter is the per-node retry policy of seed 002: exponential from
+// newRateLimiter is the per-node retry policy of an early error: exponential from
 // base doubling to max, jittered so that a fleet failing together does not
 // retry together, combined with an overall token bucket that protects the
 // agents and the API server during mass failures.
