@@ -5,8 +5,11 @@ package audit
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"strings"
+	"time"
 )
 
 // Event is the part of an audit event the tests read.
@@ -68,28 +71,119 @@ func (w WriteCounts) Minus(o WriteCounts) WriteCounts {
 // Total leaves out lease renewals: they are per replica, not per node.
 func (w WriteCounts) Total() int { return w.Statusd + w.Events + w.NodeConfig + w.Other }
 
-// CountWrites counts nodeconfig's writes in the audit log at path.
-func CountWrites(path string) (w WriteCounts, err error) {
-	_, err = Count(path, func(e Event) bool {
-		switch e.Verb {
-		case "create", "update", "patch", "delete":
-		default:
-			return false
-		}
-		switch {
-		case !strings.HasPrefix(e.UserAgent, "nodeconfig-"):
-		case strings.HasPrefix(e.UserAgent, "nodeconfig-statusd"):
-			w.Statusd++
-		case e.ObjectRef.Resource == "events":
-			w.Events++
-		case e.ObjectRef.Resource == "nodeconfigs":
-			w.NodeConfig++
-		case e.ObjectRef.Resource == "leases":
-			w.Leases++
-		default:
-			w.Other++
-		}
-		return false
-	})
-	return w, err
+// add counts e if it is one of nodeconfig's writes.
+func (w *WriteCounts) add(e Event) {
+	if e.Stage != "ResponseComplete" {
+		return
+	}
+	switch e.Verb {
+	case "create", "update", "patch", "delete":
+	default:
+		return
+	}
+	switch {
+	case !strings.HasPrefix(e.UserAgent, "nodeconfig-"):
+	case strings.HasPrefix(e.UserAgent, "nodeconfig-statusd"):
+		w.Statusd++
+	case e.ObjectRef.Resource == "events":
+		w.Events++
+	case e.ObjectRef.Resource == "nodeconfigs":
+		w.NodeConfig++
+	case e.ObjectRef.Resource == "leases":
+		w.Leases++
+	default:
+		w.Other++
+	}
 }
+
+// CountWrites counts nodeconfig's writes in the audit log at path.
+func CountWrites(path string) (WriteCounts, error) {
+	return NewLog(path).Writes()
+}
+
+// Log counts nodeconfig's writes in an audit log as it grows: each read
+// goes on from where the last one stopped, so polling a fleet's log stays
+// cheap.
+type Log struct {
+	path   string
+	offset int64 // the end of the last whole line counted
+	counts WriteCounts
+}
+
+// NewLog counts the audit log at path (the API server's --audit-log-path).
+func NewLog(path string) *Log { return &Log{path: path} }
+
+// Writes returns nodeconfig's writes in the whole log so far. A line the
+// API server is still writing is left for the next read.
+func (l *Log) Writes() (WriteCounts, error) {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return l.counts, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return l.counts, err
+	} else if fi.Size() < l.offset {
+		// Truncated or replaced: count it again from the start.
+		l.offset, l.counts = 0, WriteCounts{}
+	}
+	if _, err := f.Seek(l.offset, io.SeekStart); err != nil {
+		return l.counts, err
+	}
+	r := bufio.NewReaderSize(f, 1<<20)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err == io.EOF {
+			return l.counts, nil
+		}
+		if err != nil {
+			return l.counts, err
+		}
+		l.offset += int64(len(line))
+		var e Event
+		if json.Unmarshal(line, &e) == nil {
+			l.counts.add(e)
+		}
+	}
+}
+
+// Settled waits until nodeconfig's writes (lease renewals aside: they go
+// on) have stopped coming, none for quiet, and returns the counts then:
+// every write caused by what came before the call is in them. It gives up
+// after timeout, returning the counts so far and an error.
+//
+// The quiet period is the only time in it: what it waits for is the log
+// itself, polled every 25 ms, not a guess at how long trailing writes take.
+func (l *Log) Settled(quiet, timeout time.Duration) (WriteCounts, error) {
+	last, err := l.Writes()
+	if err != nil {
+		return last, err
+	}
+	stableSince := time.Now()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		w, err := l.Writes()
+		if err != nil {
+			return w, err
+		}
+		if w.Total() != last.Total() {
+			stableSince = time.Now()
+		}
+		last = w
+		if time.Since(stableSince) >= quiet {
+			return last, nil
+		}
+		if time.Now().After(deadline) {
+			return last, fmt.Errorf("nodeconfig's API writes did not stop for %v within %v (%d so far, leases aside)", quiet, timeout, last.Total())
+		}
+		<-tick.C
+	}
+}
+
+// Settle is the quiet period the tests give Settled: twice the longest
+// pause nodeconfig makes between the writes of one change (statusd holds a
+// settling state back up to 1 s, the reconciler groups NodeConfig status
+// writes over 1 s).
+const Settle = 2 * time.Second

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"nodeconfig.io/test/audit"
 	"nodeconfig.io/test/sim"
 )
 
@@ -32,10 +30,8 @@ func BenchmarkWritesPerNodePerConfigChange(b *testing.B) {
 		}
 	}
 	waitAll(cm.ResourceVersion)
-	// Let trailing status writes of the first rollout land before counting.
-	time.Sleep(2 * time.Second)
-	count := writeCounter(b, e)
-	w0 := count()
+	// The first rollout's trailing status writes land before the count.
+	w0 := e.writesSettled()
 	start := time.Now()
 	b.ResetTimer()
 	for i := range b.N {
@@ -43,8 +39,7 @@ func BenchmarkWritesPerNodePerConfigChange(b *testing.B) {
 		waitAll(next.ResourceVersion)
 	}
 	b.StopTimer()
-	time.Sleep(2 * time.Second)
-	w := count().Minus(w0)
+	w := e.writesSettled().Minus(w0)
 	per := float64(nodes * b.N)
 	b.ReportMetric(float64(w.Statusd)/per, "statusd-writes/node/change")
 	b.ReportMetric(float64(w.Events)/per, "event-writes/node/change")
@@ -57,8 +52,10 @@ func BenchmarkWritesPerNodePerConfigChange(b *testing.B) {
 // BenchmarkSteadyStateWritesPerNodePerHour: with every node on its
 // last-known-good and nothing changing, statusd re-syncs every second and
 // the reconciler re-reconciles every node every second (both far more
-// often than their defaults); neither may write. Each iteration watches
-// the audit log for 10 s.
+// often than their defaults); neither may write. Each iteration's window
+// lasts until every node was reconciled ten more times and at least ten
+// statusd periods passed; the writes are counted once they settled, at
+// both ends.
 func BenchmarkSteadyStateWritesPerNodePerHour(b *testing.B) {
 	const nodes = 3
 	e := newNodes(b, nodes, func(int) sim.NodeOptions {
@@ -76,30 +73,17 @@ func BenchmarkSteadyStateWritesPerNodePerHour(b *testing.B) {
 		})
 	}
 	e.waitEvent("NodeConfig", e.label, "RolloutComplete", 10*time.Second)
-	time.Sleep(2 * time.Second) // trailing writes of the rollout
-	count := writeCounter(b, e)
-	w0 := count()
+	w0 := e.writesSettled() // the rollout's trailing writes are in
 	start := time.Now()
 	b.ResetTimer()
 	for range b.N {
-		time.Sleep(10 * time.Second) // the observation window
+		e.steadyWindow(10, 10*time.Second)
 	}
 	b.StopTimer()
-	w := count().Minus(w0)
+	w := e.writesSettled().Minus(w0)
 	hours := time.Since(start).Hours()
 	b.ReportMetric(float64(w.Total())/nodes/hours, "writes/node/hour")
 	b.ReportMetric(float64(w.Total()), "writes-in-window")
-}
-
-func writeCounter(b *testing.B, e *env) func() audit.WriteCounts {
-	logPath := filepath.Join(e.c.Dir, "audit.log")
-	return func() audit.WriteCounts {
-		w, err := audit.CountWrites(logPath)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return w
-	}
 }
 
 // BenchmarkAssignmentLatency: a ConfigMap edit until the Node's annotation

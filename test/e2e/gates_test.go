@@ -19,26 +19,39 @@ import (
 // the speed-dependent ones stay in make bench.
 
 // writesSettled counts nodeconfig's API writes once they have stopped
-// coming (none for two seconds): every write of what the test did is in.
+// coming (none for audit.Settle): every write of what the test did is in.
 func (e *env) writesSettled() audit.WriteCounts {
 	e.t.Helper()
-	logPath := filepath.Join(e.c.Dir, "audit.log")
-	var last audit.WriteCounts
-	stableSince := time.Now()
-	err := proc.WaitFor(60*time.Second, func() (bool, error) {
-		w, err := audit.CountWrites(logPath)
-		if err != nil {
-			return false, err
-		}
-		if w.Total() != last.Total() {
-			last, stableSince = w, time.Now()
-		}
-		return time.Since(stableSince) >= 2*time.Second, nil
-	})
+	w, err := audit.NewLog(filepath.Join(e.c.Dir, "audit.log")).Settled(audit.Settle, 60*time.Second)
 	if err != nil {
 		e.t.Fatalf("nodeconfig's writes never settled: %v", err)
 	}
-	return last
+	return w
+}
+
+// steadyWindow waits until every node was reconciled at least times more
+// (its reconciler sync count) and stayed ACTIVE, and at least minWindow
+// passed (for statusd's periodic sync, which has no count to wait on);
+// it returns how long that took.
+func (e *env) steadyWindow(times uint64, minWindow time.Duration) time.Duration {
+	e.t.Helper()
+	syncs := map[string]uint64{}
+	for _, n := range e.nodes {
+		syncs[n.Name] = e.nodeState(n.Name).GetSyncs()
+	}
+	start := time.Now()
+	if err := proc.WaitFor(minWindow+60*time.Second, func() (bool, error) {
+		for _, n := range e.nodes {
+			st := e.nodeState(n.Name)
+			if st.GetSyncs() < syncs[n.Name]+times || st.GetState() != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE {
+				return false, nil
+			}
+		}
+		return time.Since(start) >= minWindow, nil
+	}); err != nil {
+		e.t.Fatalf("the nodes were not reconciled %d times, staying active, in the window: %v", times, err)
+	}
+	return time.Since(start)
 }
 
 // A ConfigMap edit costs at most 3 API writes per node, from assignment to
@@ -96,23 +109,9 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	}
 	e.waitNodeConfigCondition(e.label, "Ready", metav1.ConditionTrue, "AllNodesActive", 30*time.Second)
 	before := e.writesSettled()
-	syncs := map[string]uint64{}
-	for _, n := range e.nodes {
-		syncs[n.Name] = e.nodeState(n.Name).GetSyncs()
-	}
 	start := time.Now()
 	// Every node reconciled five more times, and at least five statusd periods.
-	if err := proc.WaitFor(60*time.Second, func() (bool, error) {
-		for _, n := range e.nodes {
-			st := e.nodeState(n.Name)
-			if st.GetSyncs() < syncs[n.Name]+5 || st.GetState() != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE {
-				return false, nil
-			}
-		}
-		return time.Since(start) >= 5*time.Second, nil
-	}); err != nil {
-		t.Fatalf("the nodes were not reconciled five times in the window: %v", err)
-	}
+	e.steadyWindow(5, 5*time.Second)
 	w := e.writesSettled().Minus(before)
 	t.Logf("steady state, %v window: %d writes (statusd %d, events %d, NodeConfig %d, other %d), %d lease renewals",
 		time.Since(start).Round(time.Second), w.Total(), w.Statusd, w.Events, w.NodeConfig, w.Other, w.Leases)
