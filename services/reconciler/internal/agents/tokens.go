@@ -67,6 +67,13 @@ func (t *NodeTokens) Token(ctx context.Context, node string) (string, error) {
 		return v.(nodeToken).token, nil
 	}
 	tok, err, _ := t.inflight.Do(node, func() (any, error) {
+		// A request that finished since the look above already minted one.
+		t.mu.Lock()
+		v, ok := t.tokens.Get(node)
+		t.mu.Unlock()
+		if ok && t.now().Before(v.(nodeToken).renewAt) {
+			return v.(nodeToken).token, nil
+		}
 		// Detached from the first caller: the others wait on this request.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 		defer cancel()
