@@ -2,17 +2,22 @@ module nodeconfig.io/services/kubectl-nodeconfig
 
 go 1.26.0
 
-replace nodeconfig.io/proto => ../../proto
+replace (
+	nodeconfig.io/proto => ../../proto
+	nodeconfig.io/services/api => ../api
+)
 
 require (
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2
 	github.com/spf13/cobra v1.10.2
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 	k8s.io/api v0.36.3
 	k8s.io/apimachinery v0.36.3
 	k8s.io/client-go v0.36.3
 	k8s.io/streaming v0.36.3
 	nodeconfig.io/proto v0.0.0
+	nodeconfig.io/services/api v0.0.0
 )
 
 require (
@@ -45,7 +50,6 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.14.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect

@@ -4,6 +4,7 @@ go 1.26.0
 
 replace (
 	nodeconfig.io/proto => ../../proto
+	nodeconfig.io/services/api => ../api
 	nodeconfig.io/services/configcheck => ../configcheck
 	nodeconfig.io/services/servekit => ../servekit
 )
@@ -18,6 +19,7 @@ require (
 	k8s.io/client-go v0.36.3
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
 	nodeconfig.io/proto v0.0.0
+	nodeconfig.io/services/api v0.0.0
 	nodeconfig.io/services/configcheck v0.0.0
 	nodeconfig.io/services/servekit v0.0.0
 )

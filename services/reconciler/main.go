@@ -30,8 +30,8 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/agents"
-	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/cmwatch"
 	"nodeconfig.io/services/reconciler/internal/controller"
 	"nodeconfig.io/services/reconciler/internal/reconcilerapi"

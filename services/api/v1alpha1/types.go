@@ -55,6 +55,9 @@ const (
 	// ReasonInvalidWindow: a maintenance window does not parse; no trial
 	// starts until it is fixed.
 	ReasonInvalidWindow = "InvalidMaintenanceWindow"
+	// ReasonNodesFailing: nodes fail with early errors (unreachable
+	// agents, a missing ConfigMap); they retry with backoff.
+	ReasonNodesFailing = "NodesFailing"
 )
 
 // NodeConfig assigns a config to the nodes its selector matches.

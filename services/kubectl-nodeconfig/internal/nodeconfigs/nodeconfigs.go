@@ -1,9 +1,5 @@
 // Package nodeconfigs reads and pauses NodeConfigs (nodeconfig.io/v1alpha1)
 // through the dynamic client.
-//
-// The types mirror the fields the plugin reads of
-// services/reconciler/internal/apis/v1alpha1 (internal to the reconciler's
-// module, so not importable here); the CRD in deploy/crd is the contract.
 package nodeconfigs
 
 import (
@@ -16,108 +12,51 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
+
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // GVR is the NodeConfig resource.
-var GVR = schema.GroupVersionResource{Group: "nodeconfig.io", Version: "v1alpha1", Resource: "nodeconfigs"}
+var GVR = v1alpha1.GroupVersionResource
+
+// The API's types, under the names the plugin reads them by.
+type (
+	NodeConfig        = v1alpha1.NodeConfig
+	Spec              = v1alpha1.NodeConfigSpec
+	Source            = v1alpha1.Source
+	ConfigMapSource   = v1alpha1.ConfigMapSource
+	Rollout           = v1alpha1.Rollout
+	Window            = v1alpha1.Window
+	Status            = v1alpha1.NodeConfigStatus
+	RolledBackVersion = v1alpha1.RolledBackVersion
+)
 
 // Condition types and the reasons the plugin explains.
 const (
-	ConditionReady       = "Ready"
-	ConditionProgressing = "Progressing"
-	ConditionDegraded    = "Degraded"
+	ConditionReady       = v1alpha1.ConditionReady
+	ConditionProgressing = v1alpha1.ConditionProgressing
+	ConditionDegraded    = v1alpha1.ConditionDegraded
 
-	ReasonRolloutHalted            = "RolloutHalted"
-	ReasonSelectorConflict         = "SelectorConflict"
-	ReasonInvalidSelector          = "InvalidSelector"
-	ReasonInvalidReconcileInterval = "InvalidReconcileInterval"
-	ReasonConfigRefused            = "ConfigRefused"
-	ReasonPaused                   = "Paused"
-	ReasonOutsideWindow            = "OutsideMaintenanceWindow"
-	ReasonInvalidWindow            = "InvalidMaintenanceWindow"
-	ReasonNodesFailing             = "NodesFailing"
+	ReasonRolloutHalted            = v1alpha1.ReasonRolloutHalted
+	ReasonSelectorConflict         = v1alpha1.ReasonSelectorConflict
+	ReasonInvalidSelector          = v1alpha1.ReasonInvalidSelector
+	ReasonInvalidReconcileInterval = v1alpha1.ReasonInvalidReconcileInterval
+	ReasonConfigRefused            = v1alpha1.ReasonConfigRefused
+	ReasonPaused                   = v1alpha1.ReasonPaused
+	ReasonOutsideWindow            = v1alpha1.ReasonOutsideWindow
+	ReasonInvalidWindow            = v1alpha1.ReasonInvalidWindow
+	ReasonNodesFailing             = v1alpha1.ReasonNodesFailing
 )
 
-// NodeConfig is the part of a NodeConfig the plugin reads.
-type NodeConfig struct {
-	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              Spec   `json:"spec"`
-	Status            Status `json:"status,omitempty"`
-}
-
-// Spec is what the user wants.
-type Spec struct {
-	NodeSelector *metav1.LabelSelector `json:"nodeSelector"`
-	Source       *Source               `json:"source,omitempty"`
-	Validator    string                `json:"validator,omitempty"`
-	SoakSeconds  int64                 `json:"soakSeconds,omitempty"`
-	Rollout      Rollout               `json:"rollout,omitempty"`
-}
-
-// Source names the ConfigMap key; nil is the nodes' local default.
-type Source struct {
-	ConfigMap *ConfigMapSource `json:"configMap,omitempty"`
-}
-
-// ConfigMapSource is one key of a ConfigMap.
-type ConfigMapSource struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Key       string `json:"key"`
-}
-
-// Rollout paces a version across the nodes.
-type Rollout struct {
-	MaxInTrial  *intstr.IntOrString `json:"maxInTrial,omitempty"`
-	MaxFailures *int32              `json:"maxFailures,omitempty"`
-	Paused      bool                `json:"paused,omitempty"`
-	Windows     []Window            `json:"windows,omitempty"`
-}
-
-// Window is a recurring maintenance window.
-type Window struct {
-	Days     []string `json:"days,omitempty"`
-	Start    string   `json:"start"`
-	End      string   `json:"end"`
-	TimeZone string   `json:"timeZone,omitempty"`
-}
-
-// Status is what the reconciler observed.
-type Status struct {
-	ObservedGeneration int64               `json:"observedGeneration,omitempty"`
-	Conditions         []metav1.Condition  `json:"conditions,omitempty"`
-	Selected           int32               `json:"selected"`
-	Waiting            int32               `json:"waiting"`
-	Soaking            int32               `json:"soaking"`
-	Active             int32               `json:"active"`
-	RolledBack         int32               `json:"rolledBack"`
-	Failing            int32               `json:"failing"`
-	NextWindow         *metav1.Time        `json:"nextWindow,omitempty"`
-	RolledBackVersions []RolledBackVersion `json:"rolledBackVersions,omitempty"`
-}
-
-// RolledBackVersion is a config version and the nodes that rolled back
-// from it.
-type RolledBackVersion struct {
-	UID             string   `json:"uid"`
-	ResourceVersion string   `json:"resourceVersion"`
-	Key             string   `json:"key"`
-	Validator       string   `json:"validator"`
-	Nodes           []string `json:"nodes"`
-}
-
 // Condition returns the condition of that type, nil if it is not set.
-func (nc *NodeConfig) Condition(t string) *metav1.Condition {
+func Condition(nc *NodeConfig, t string) *metav1.Condition {
 	return meta.FindStatusCondition(nc.Status.Conditions, t)
 }
 
 // ConfigMap is the ConfigMap the NodeConfig names, nil for the local default.
-func (nc *NodeConfig) ConfigMap() *ConfigMapSource {
+func ConfigMapOf(nc *NodeConfig) *ConfigMapSource {
 	if nc.Spec.Source == nil {
 		return nil
 	}
@@ -127,7 +66,7 @@ func (nc *NodeConfig) ConfigMap() *ConfigMapSource {
 // Selects reports whether the NodeConfig's selector matches the labels. A
 // selector that does not parse selects nothing (the reconciler changes no
 // node and says InvalidSelector).
-func (nc *NodeConfig) Selects(nodeLabels map[string]string) bool {
+func Selects(nc *NodeConfig, nodeLabels map[string]string) bool {
 	sel, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector)
 	if err != nil {
 		return false
@@ -136,7 +75,7 @@ func (nc *NodeConfig) Selects(nodeLabels map[string]string) bool {
 }
 
 // SelectorText is the selector as kubectl shows one, "everything" for {}.
-func (nc *NodeConfig) SelectorText() string {
+func SelectorText(nc *NodeConfig) string {
 	sel, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector)
 	if err != nil {
 		return fmt.Sprintf("invalid (%v)", err)

@@ -34,13 +34,13 @@ func TestFromObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nc.ConfigMap().Name != "cm" || nc.Spec.Rollout.MaxInTrial.String() != "10%" || nc.Status.Waiting != 1 {
+	if ConfigMapOf(nc).Name != "cm" || nc.Spec.Rollout.MaxInTrial.String() != "10%" || nc.Status.Waiting != 1 {
 		t.Fatalf("decoded: %+v", nc)
 	}
-	if c := nc.Condition(ConditionProgressing); c == nil || c.Reason != ReasonPaused {
+	if c := Condition(nc, ConditionProgressing); c == nil || c.Reason != ReasonPaused {
 		t.Fatalf("Progressing: %+v", c)
 	}
-	if nc.Condition(ConditionReady) != nil {
+	if Condition(nc, ConditionReady) != nil {
 		t.Fatal("Ready is not set")
 	}
 	if got := nc.Status.RolledBackVersions; len(got) != 1 || got[0].Nodes[0] != "n1" {
@@ -50,21 +50,21 @@ func TestFromObject(t *testing.T) {
 
 func TestSelects(t *testing.T) {
 	nc := &NodeConfig{Spec: Spec{NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}}}}
-	if !nc.Selects(map[string]string{"pool": "a", "x": "y"}) || nc.Selects(map[string]string{"pool": "b"}) {
+	if !Selects(nc, map[string]string{"pool": "a", "x": "y"}) || Selects(nc, map[string]string{"pool": "b"}) {
 		t.Fatal("matchLabels")
 	}
-	if got := nc.SelectorText(); got != "pool=a" {
+	if got := SelectorText(nc); got != "pool=a" {
 		t.Fatalf("SelectorText = %q", got)
 	}
 	all := &NodeConfig{Spec: Spec{NodeSelector: &metav1.LabelSelector{}}}
-	if !all.Selects(nil) || all.SelectorText() != "everything" {
+	if !Selects(all, nil) || SelectorText(all) != "everything" {
 		t.Fatal("{} selects every node")
 	}
 	invalid := &NodeConfig{Spec: Spec{NodeSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "pool", Operator: metav1.LabelSelectorOpIn}}}}}
-	if invalid.Selects(map[string]string{"pool": "a"}) {
+	if Selects(invalid, map[string]string{"pool": "a"}) {
 		t.Fatal("an invalid selector selects nothing")
 	}
-	if (&NodeConfig{}).Selects(map[string]string{"pool": "a"}) {
+	if Selects(&NodeConfig{}, map[string]string{"pool": "a"}) {
 		t.Fatal("no selector selects nothing")
 	}
 }

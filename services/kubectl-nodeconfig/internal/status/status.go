@@ -92,11 +92,11 @@ func Build(in Input) Report {
 		nc := &in.NodeConfigs[i]
 		out := NodeConfig{
 			Name:        nc.Name,
-			Source:      nc.ConfigMap(),
+			Source:      nodeconfigs.ConfigMapOf(nc),
 			Paused:      nc.Spec.Rollout.Paused,
-			Ready:       report.FromMeta(nc.Condition(nodeconfigs.ConditionReady)),
-			Progressing: report.FromMeta(nc.Condition(nodeconfigs.ConditionProgressing)),
-			Degraded:    report.FromMeta(nc.Condition(nodeconfigs.ConditionDegraded)),
+			Ready:       report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionReady)),
+			Progressing: report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionProgressing)),
+			Degraded:    report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionDegraded)),
 			Counts: Counts{Selected: nc.Status.Selected, Active: nc.Status.Active, Soaking: nc.Status.Soaking,
 				Waiting: nc.Status.Waiting, RolledBack: nc.Status.RolledBack, Failing: nc.Status.Failing},
 			Nodes: []Node{},
@@ -106,7 +106,7 @@ func Build(in Input) Report {
 			out.NextWindow = &t
 		}
 		for j := range nodes {
-			if nc.Selects(nodes[j].Labels) {
+			if nodeconfigs.Selects(nc, nodes[j].Labels) {
 				out.Nodes = append(out.Nodes, node(&nodes[j], in.States))
 			}
 		}

@@ -104,7 +104,7 @@ func Explain(in Input) Explanation {
 
 	var selecting []*nodeconfigs.NodeConfig
 	for i := range in.NodeConfigs {
-		if in.NodeConfigs[i].Selects(n.Labels) {
+		if nodeconfigs.Selects(&in.NodeConfigs[i], n.Labels) {
 			selecting = append(selecting, &in.NodeConfigs[i])
 			e.SelectedBy = append(e.SelectedBy, in.NodeConfigs[i].Name)
 		}
@@ -118,7 +118,7 @@ func Explain(in Input) Explanation {
 		}
 	case 1:
 		nc := selecting[0]
-		say("%s is selected by NodeConfig %s (nodeSelector %s), which wants %s.", n.Name, nc.Name, nc.SelectorText(), wants(nc))
+		say("%s is selected by NodeConfig %s (nodeSelector %s), which wants %s.", n.Name, nc.Name, nodeconfigs.SelectorText(nc), wants(nc))
 	default:
 		say("%s is selected by %d NodeConfigs (%s): a conflict, so the reconciler leaves the node unchanged until exactly one selects it.",
 			n.Name, len(selecting), strings.Join(e.SelectedBy, ", "))
@@ -201,7 +201,7 @@ func Explain(in Input) Explanation {
 }
 
 func wants(nc *nodeconfigs.NodeConfig) string {
-	cm := nc.ConfigMap()
+	cm := nodeconfigs.ConfigMapOf(nc)
 	if cm == nil {
 		return "the nodes' local default"
 	}
@@ -227,9 +227,9 @@ func rollout(nc *nodeconfigs.NodeConfig, node string, st *nodeconfigv1.NodeState
 		}
 		return s
 	}
-	ready := nc.Condition(nodeconfigs.ConditionReady)
-	prog := nc.Condition(nodeconfigs.ConditionProgressing)
-	deg := nc.Condition(nodeconfigs.ConditionDegraded)
+	ready := nodeconfigs.Condition(nc, nodeconfigs.ConditionReady)
+	prog := nodeconfigs.Condition(nc, nodeconfigs.ConditionProgressing)
+	deg := nodeconfigs.Condition(nc, nodeconfigs.ConditionDegraded)
 	if ready == nil && prog == nil && deg == nil {
 		say("NodeConfig %s has no status yet: the reconciler has not synced it.", nc.Name)
 		return out
@@ -291,9 +291,9 @@ func rollout(nc *nodeconfigs.NodeConfig, node string, st *nodeconfigv1.NodeState
 func nodeConfig(nc *nodeconfigs.NodeConfig) *NodeConfig {
 	out := &NodeConfig{
 		Name: nc.Name, Paused: nc.Spec.Rollout.Paused,
-		Ready:              report.FromMeta(nc.Condition(nodeconfigs.ConditionReady)),
-		Progressing:        report.FromMeta(nc.Condition(nodeconfigs.ConditionProgressing)),
-		Degraded:           report.FromMeta(nc.Condition(nodeconfigs.ConditionDegraded)),
+		Ready:              report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionReady)),
+		Progressing:        report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionProgressing)),
+		Degraded:           report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionDegraded)),
 		RolledBackVersions: nc.Status.RolledBackVersions,
 	}
 	if nc.Status.NextWindow != nil {

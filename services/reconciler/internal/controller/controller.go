@@ -32,8 +32,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/agents"
-	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/cmwatch"
 	"nodeconfig.io/services/reconciler/internal/policy"
 )

@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // fixture is a controller over fake clients and hand-filled caches (after

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/pacing"
 )
 

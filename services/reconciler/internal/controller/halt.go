@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // A halt is kept per config version in the NodeConfig's status: the nodes

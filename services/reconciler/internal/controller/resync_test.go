@@ -12,7 +12,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // holdingPool hands out the fixture's agents, but a GetRecords of a held

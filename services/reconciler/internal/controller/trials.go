@@ -2,7 +2,7 @@ package controller
 
 import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/reconciler/internal/apis/v1alpha1"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // Admission asks, on every node sync, how many of a NodeConfig's nodes are
