@@ -3,6 +3,7 @@ module nodeconfig.io/test
 go 1.26.0
 
 replace (
+	nodeconfig.io/services/api => ../services/api
 	nodeconfig.io/proto => ../proto
 	nodeconfig.io/services/checkpointd => ../services/checkpointd
 	nodeconfig.io/services/reconciler => ../services/reconciler
@@ -27,6 +28,7 @@ require (
 	k8s.io/client-go v0.36.3
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
 	nodeconfig.io/proto v0.0.0
+	nodeconfig.io/services/api v0.0.0
 	nodeconfig.io/services/checkpointd v0.0.0-00010101000000-000000000000
 	nodeconfig.io/services/statusd v0.0.0-00010101000000-000000000000
 	sigs.k8s.io/yaml v1.6.0

@@ -3,6 +3,7 @@ module nodeconfig.io/services/statusd
 go 1.26.0
 
 replace (
+	nodeconfig.io/services/api => ../api
 	nodeconfig.io/proto => ../../proto
 	nodeconfig.io/services/servekit => ../servekit
 )
@@ -15,6 +16,7 @@ require (
 	k8s.io/apimachinery v0.36.3
 	k8s.io/client-go v0.36.3
 	nodeconfig.io/proto v0.0.0
+	nodeconfig.io/services/api v0.0.0
 	nodeconfig.io/services/servekit v0.0.0
 )
 

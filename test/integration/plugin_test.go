@@ -25,13 +25,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/nodeview"
 	"nodeconfig.io/test/proc"
 )
@@ -39,7 +39,7 @@ import (
 // The reconciler's address in 'make run'.
 const makeRunReconciler = "127.0.0.1:7603"
 
-var nodeConfigGVR = schema.GroupVersionResource{Group: "nodeconfig.io", Version: "v1alpha1", Resource: "nodeconfigs"}
+var nodeConfigGVR = v1alpha1.GroupVersionResource
 
 // The built kubectl plugin against 'make run's cluster: status, status -o
 // json, why, pause, resume and diff, each checked against what the API

@@ -10,12 +10,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // The names statusd writes on each Node.
 const (
-	Annotation    = "nodeconfig.io/config-status"
-	ConditionType = "NodeConfigReady"
+	Annotation    = v1alpha1.NodeAnnotationConfigStatus
+	ConditionType = v1alpha1.NodeConditionConfigReady
 )
 
 // Read returns the node's NodeConfigStatus annotation and its NodeConfigReady

@@ -12,6 +12,16 @@ import (
 // GroupVersionResource of NodeConfig.
 var GroupVersionResource = schema.GroupVersionResource{Group: "nodeconfig.io", Version: "v1alpha1", Resource: "nodeconfigs"}
 
+// What each node says of itself, on its Node object (written by its agent's
+// statusd): the NodeConfigStatus as JSON, and one condition.
+const (
+	// NodeAnnotationConfigStatus holds the node's NodeConfigStatus (the shape
+	// of core/v1 NodeConfigStatus: assigned, active, lastKnownGood, error).
+	NodeAnnotationConfigStatus = "nodeconfig.io/config-status"
+	// NodeConditionConfigReady is the node's condition type.
+	NodeConditionConfigReady = "NodeConfigReady"
+)
+
 // Annotations users set on a NodeConfig.
 const (
 	// AnnotationReconcileInterval is the mean periodic reconcile interval in

@@ -55,7 +55,7 @@ func New(o Options) (*Statusd, error) {
 	chain := func() []setters.Named {
 		list := []setters.Named{
 			{Name: "ConfigStatus", Builtin: true, Set: setters.ConfigStatus(s.follower.Records)},
-			{Name: "NodeConfigReady", Builtin: true, Set: setters.NodeConfigReady(s.follower.Records)},
+			{Name: setters.ConditionNodeConfig, Builtin: true, Set: setters.NodeConfigReady(s.follower.Records)},
 		}
 		for _, name := range store.Names() {
 			list = append(list, setters.Named{Name: name, Set: setters.Reported(func() ([]metav1.Condition, []string) { return store.Conditions(name) })})

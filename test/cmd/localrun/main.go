@@ -19,9 +19,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/cluster"
 	"nodeconfig.io/test/sim"
 )
@@ -140,7 +140,7 @@ func sample(ctx context.Context, c *cluster.Cluster, soak int) error {
 			"rollout":      map[string]any{"maxInTrial": "50%", "maxFailures": int64(1)},
 		},
 	}}
-	gvr := schema.GroupVersionResource{Group: "nodeconfig.io", Version: "v1alpha1", Resource: "nodeconfigs"}
+	gvr := v1alpha1.GroupVersionResource
 	if _, err := dyn.Resource(gvr).Create(ctx, nc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}

@@ -9,13 +9,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
 )
 
 // The names statusd writes on each Node.
 const (
-	Annotation    = "nodeconfig.io/config-status"
-	ConditionType = "NodeConfigReady"
+	Annotation    = v1alpha1.NodeAnnotationConfigStatus
+	ConditionType = v1alpha1.NodeConditionConfigReady
 )
 
 // Node is one Node's own account of its config.

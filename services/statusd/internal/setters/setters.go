@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // Setter modifies the node in place and returns an error if it failed.
@@ -30,8 +31,8 @@ type Named struct {
 
 // The names statusd owns on the Node.
 const (
-	ConfigStatusAnnotation = "nodeconfig.io/config-status"
-	ConditionNodeConfig    = "NodeConfigReady"
+	ConfigStatusAnnotation = v1alpha1.NodeAnnotationConfigStatus
+	ConditionNodeConfig    = v1alpha1.NodeConditionConfigReady
 )
 
 // Reasons of the NodeConfigReady condition, one per lifecycle state.
