@@ -641,7 +641,10 @@ type SetAssignedRequest struct {
 	// soak_seconds is the trial length; 0 means the default of 600.
 	SoakSeconds int64 `protobuf:"varint,2,opt,name=soak_seconds,json=soakSeconds,proto3" json:"soak_seconds,omitempty"`
 	// validator is used on activation.
-	Validator     Validator `protobuf:"varint,3,opt,name=validator,proto3,enum=nodeconfig.v1.Validator" json:"validator,omitempty"`
+	Validator Validator `protobuf:"varint,3,opt,name=validator,proto3,enum=nodeconfig.v1.Validator" json:"validator,omitempty"`
+	// node_config is the NodeConfig that assigns it (recorded with it, so that
+	// the node says which NodeConfig it follows whoever leads the reconcilers).
+	NodeConfig    string `protobuf:"bytes,4,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -695,6 +698,13 @@ func (x *SetAssignedRequest) GetValidator() Validator {
 		return x.Validator
 	}
 	return Validator_VALIDATOR_UNSPECIFIED
+}
+
+func (x *SetAssignedRequest) GetNodeConfig() string {
+	if x != nil {
+		return x.NodeConfig
+	}
+	return ""
 }
 
 // SetAssignedResponse holds the records after the change.
@@ -1026,7 +1036,10 @@ type ResetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// soak_seconds is how long the return to the local default counts as a
 	// change on trial (recorded in Records.reset); 0: it does not.
-	SoakSeconds   int64 `protobuf:"varint,1,opt,name=soak_seconds,json=soakSeconds,proto3" json:"soak_seconds,omitempty"`
+	SoakSeconds int64 `protobuf:"varint,1,opt,name=soak_seconds,json=soakSeconds,proto3" json:"soak_seconds,omitempty"`
+	// node_config is the NodeConfig the node leaves, whose pace the reset
+	// takes (recorded with it, so that a new reconciler leader knows it).
+	NodeConfig    string `protobuf:"bytes,2,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1066,6 +1079,13 @@ func (x *ResetRequest) GetSoakSeconds() int64 {
 		return x.SoakSeconds
 	}
 	return 0
+}
+
+func (x *ResetRequest) GetNodeConfig() string {
+	if x != nil {
+		return x.NodeConfig
+	}
+	return ""
 }
 
 // ResetResponse holds the records after the change.
@@ -1466,11 +1486,13 @@ const file_nodeconfig_v1_checkpoint_proto_rawDesc = "" +
 	"\x18DeleteCheckpointResponse\"\x13\n" +
 	"\x11GetRecordsRequest\"F\n" +
 	"\x12GetRecordsResponse\x120\n" +
-	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\xa4\x01\n" +
+	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\xc5\x01\n" +
 	"\x12SetAssignedRequest\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x12!\n" +
 	"\fsoak_seconds\x18\x02 \x01(\x03R\vsoakSeconds\x126\n" +
-	"\tvalidator\x18\x03 \x01(\x0e2\x18.nodeconfig.v1.ValidatorR\tvalidator\"G\n" +
+	"\tvalidator\x18\x03 \x01(\x0e2\x18.nodeconfig.v1.ValidatorR\tvalidator\x12\x1f\n" +
+	"\vnode_config\x18\x04 \x01(\tR\n" +
+	"nodeConfig\"G\n" +
 	"\x13SetAssignedResponse\x120\n" +
 	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\x11\n" +
 	"\x0fActivateRequest\"~\n" +
@@ -1484,9 +1506,11 @@ const file_nodeconfig_v1_checkpoint_proto_rawDesc = "" +
 	"\x0fSetErrorRequest\x120\n" +
 	"\x05error\x18\x01 \x01(\v2\x1a.nodeconfig.v1.ConfigErrorR\x05error\"D\n" +
 	"\x10SetErrorResponse\x120\n" +
-	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"1\n" +
+	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"R\n" +
 	"\fResetRequest\x12!\n" +
-	"\fsoak_seconds\x18\x01 \x01(\x03R\vsoakSeconds\"A\n" +
+	"\fsoak_seconds\x18\x01 \x01(\x03R\vsoakSeconds\x12\x1f\n" +
+	"\vnode_config\x18\x02 \x01(\tR\n" +
+	"nodeConfig\"A\n" +
 	"\rResetResponse\x120\n" +
 	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\x14\n" +
 	"\x12RepairDriftRequest\"1\n" +

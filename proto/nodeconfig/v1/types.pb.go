@@ -367,7 +367,9 @@ type AssignedRecord struct {
 	// validator checks the payload when it is activated (also after a restart).
 	Validator Validator `protobuf:"varint,3,opt,name=validator,proto3,enum=nodeconfig.v1.Validator" json:"validator,omitempty"`
 	// written_at is when this record was durably written.
-	WrittenAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
+	WrittenAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
+	// node_config is the NodeConfig that assigned it; empty if not said.
+	NodeConfig    string `protobuf:"bytes,5,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -428,6 +430,13 @@ func (x *AssignedRecord) GetWrittenAt() *timestamppb.Timestamp {
 		return x.WrittenAt
 	}
 	return nil
+}
+
+func (x *AssignedRecord) GetNodeConfig() string {
+	if x != nil {
+		return x.NodeConfig
+	}
+	return ""
 }
 
 // SourceRecord is a durable record that names a checkpointed config.
@@ -650,9 +659,11 @@ func (x *Records) GetLastReset() *ResetRecord {
 type ResetRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// from is the config the node left.
-	From          *ConfigSource          `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
-	SoakSeconds   int64                  `protobuf:"varint,3,opt,name=soak_seconds,json=soakSeconds,proto3" json:"soak_seconds,omitempty"`
+	From        *ConfigSource          `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	At          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	SoakSeconds int64                  `protobuf:"varint,3,opt,name=soak_seconds,json=soakSeconds,proto3" json:"soak_seconds,omitempty"`
+	// node_config is the NodeConfig the node left; empty if none was known.
+	NodeConfig    string `protobuf:"bytes,4,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -706,6 +717,13 @@ func (x *ResetRecord) GetSoakSeconds() int64 {
 		return x.SoakSeconds
 	}
 	return 0
+}
+
+func (x *ResetRecord) GetNodeConfig() string {
+	if x != nil {
+		return x.NodeConfig
+	}
+	return ""
 }
 
 // ConsumerRecord is the node's durable record of its consumer.
@@ -870,13 +888,15 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\vConfigError\x12/\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x19.nodeconfig.v1.ErrorPhaseR\x05phase\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xdb\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xfc\x01\n" +
 	"\x0eAssignedRecord\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x12!\n" +
 	"\fsoak_seconds\x18\x02 \x01(\x03R\vsoakSeconds\x126\n" +
 	"\tvalidator\x18\x03 \x01(\x0e2\x18.nodeconfig.v1.ValidatorR\tvalidator\x129\n" +
 	"\n" +
-	"written_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"~\n" +
+	"written_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x1f\n" +
+	"\vnode_config\x18\x05 \x01(\tR\n" +
+	"nodeConfig\"~\n" +
 	"\fSourceRecord\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x129\n" +
 	"\n" +
@@ -893,11 +913,13 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x129\n" +
 	"\bconsumer\x18\x06 \x01(\v2\x1d.nodeconfig.v1.ConsumerRecordR\bconsumer\x129\n" +
 	"\n" +
-	"last_reset\x18\a \x01(\v2\x1a.nodeconfig.v1.ResetRecordR\tlastReset\"\x8d\x01\n" +
+	"last_reset\x18\a \x01(\v2\x1a.nodeconfig.v1.ResetRecordR\tlastReset\"\xae\x01\n" +
 	"\vResetRecord\x12/\n" +
 	"\x04from\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x04from\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12!\n" +
-	"\fsoak_seconds\x18\x03 \x01(\x03R\vsoakSeconds\"\xc5\x01\n" +
+	"\fsoak_seconds\x18\x03 \x01(\x03R\vsoakSeconds\x12\x1f\n" +
+	"\vnode_config\x18\x04 \x01(\tR\n" +
+	"nodeConfig\"\xc5\x01\n" +
 	"\x0eConsumerRecord\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x122\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x1c.nodeconfig.v1.ConsumerPhaseR\x05phase\x120\n" +

@@ -202,7 +202,7 @@ func (s *Service) SetAssigned(_ context.Context, req *nodeconfigv1.SetAssignedRe
 		if a != nil && proto.Equal(a.GetSource(), src) && a.GetSoakSeconds() == soak && a.GetValidator() == validator {
 			return false, nil
 		}
-		r.Assigned = &nodeconfigv1.AssignedRecord{Source: src, SoakSeconds: soak, Validator: validator, WrittenAt: now}
+		r.Assigned = &nodeconfigv1.AssignedRecord{Source: src, SoakSeconds: soak, Validator: validator, WrittenAt: now, NodeConfig: req.GetNodeConfig()}
 		// The error (and the reset) belonged to what came before.
 		r.Error, r.LastReset = nil, nil
 		return true, nil
@@ -445,7 +445,7 @@ func (s *Service) Reset(_ context.Context, req *nodeconfigv1.ResetRequest) (*nod
 		if from == nil {
 			from = r.GetActive().GetSource()
 		}
-		r.LastReset = &nodeconfigv1.ResetRecord{From: from, At: now, SoakSeconds: req.GetSoakSeconds()}
+		r.LastReset = &nodeconfigv1.ResetRecord{From: from, At: now, SoakSeconds: req.GetSoakSeconds(), NodeConfig: req.GetNodeConfig()}
 		r.Assigned, r.Active, r.LastKnownGood, r.Error = nil, nil, nil, nil
 		if hadActive {
 			s.consumerStale(r, now)

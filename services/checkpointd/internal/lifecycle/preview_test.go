@@ -100,3 +100,25 @@ func TestPreviewMergesThePayloadWithTheNodesFilesAndWritesNothing(t *testing.T) 
 		t.Fatalf("refused %q candidate %q", refused.GetRefused(), refused.GetCandidate())
 	}
 }
+
+// The node keeps which NodeConfig assigned its config and which one its
+// reset left, so that a reconciler that never saw it selected paces its
+// departure by the right NodeConfig.
+func TestTheNodeRecordsWhichNodeConfigItFollows(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "1", "a: 1\n")
+	resp, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1"), SoakSeconds: 60, NodeConfig: "pool-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetRecords().GetAssigned().GetNodeConfig(); got != "pool-a" {
+		t.Fatalf("assigned record names NodeConfig %q, want pool-a", got)
+	}
+	reset, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{SoakSeconds: 60, NodeConfig: "pool-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.records(t).GetLastReset(); r.GetNodeConfig() != "pool-a" || r.GetFrom().GetResourceVersion() != "1" || reset.GetRecords().GetLastReset().GetNodeConfig() != "pool-a" {
+		t.Fatalf("reset record %v, want it to name pool-a and the config it left", r)
+	}
+}

@@ -19,20 +19,20 @@ import (
 // that a new leader paces the same way.
 
 // departFor paces the reset of one node.
-func (c *Controller) departFor(node string) func(from *nodeconfigv1.ConfigSource) (policy.Admission, int64) {
-	return func(from *nodeconfigv1.ConfigSource) (policy.Admission, int64) {
-		nc := c.nodeConfigUsing(from)
+func (c *Controller) departFor(node string) func(from *nodeconfigv1.ConfigSource, assignedBy string) (policy.Admission, int64, string) {
+	return func(from *nodeconfigv1.ConfigSource, assignedBy string) (policy.Admission, int64, string) {
+		nc := c.leaving(node, from, assignedBy)
 		if nc == nil {
-			// No NodeConfig uses that config any more (deleted, or pointed
-			// elsewhere): nothing to pace by.
-			return policy.Admitted, 0
+			// The NodeConfig is gone, and no other uses that config:
+			// nothing to pace by.
+			return policy.Admitted, 0, ""
 		}
 		soak := soakSeconds(nc)
 		if c.trialsHeld(nc).reason != "" {
 			c.mu.Lock()
 			c.departLocked(node, nc.Name)
 			c.mu.Unlock()
-			return policy.Wait, soak
+			return policy.Wait, soak, nc.Name
 		}
 		seen := c.everyNodeSeen(node)
 		selected := c.selectedNodes(nc)
@@ -42,19 +42,19 @@ func (c *Controller) departFor(node string) func(from *nodeconfigv1.ConfigSource
 		if !seen {
 			// A node not synced since this reconciler started may be soaking
 			// its own reset.
-			return policy.Wait, soak
+			return policy.Wait, soak, nc.Name
 		}
 		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected)+len(c.departing[nc.Name]))
 		inTrial := c.departuresInTrialLocked(nc.Name, node) + c.onTrialLocked(nc.Name, node)
 		if inTrial >= limit {
-			return policy.Wait, soak
+			return policy.Wait, soak, nc.Name
 		}
 		// A departure's place is counted by departuresInTrialLocked, not as
 		// a trial of nc.
 		info := c.infoLocked(node)
 		info.Admitted, info.AdmittedFor = true, ""
 		c.reindexLocked(info)
-		return policy.Admitted, soak
+		return policy.Admitted, soak, nc.Name
 	}
 }
 
@@ -107,6 +107,36 @@ func (c *Controller) departureAfterSyncLocked(info *NodeInfo, selectedBy *v1alph
 		c.departLocked(info.Name, "")
 	}
 	return freed
+}
+
+// leaving is the live NodeConfig a departing node leaves: the one the node
+// recorded (with its assignment, or its reset), else the one whose source
+// is the config the node runs, else the one it departs from or was last
+// selected by as this reconciler remembers. The node's own record is what
+// holds when one edit changed both the selector and the source and a new
+// leader never saw the node selected.
+func (c *Controller) leaving(node string, from *nodeconfigv1.ConfigSource, recorded string) *v1alpha1.NodeConfig {
+	names := []string{recorded}
+	if nc := c.nodeConfigUsing(from); nc != nil && recorded == "" {
+		return nc
+	}
+	c.mu.Lock()
+	if info := c.nodes[node]; info != nil {
+		names = append(names, info.DepartingFrom, info.NodeConfig)
+	}
+	c.mu.Unlock()
+	ncs, err := c.nodeConfigs()
+	if err != nil {
+		return nil
+	}
+	for _, name := range names {
+		for _, nc := range ncs {
+			if name != "" && nc.Name == name && nc.DeletionTimestamp == nil {
+				return nc
+			}
+		}
+	}
+	return c.nodeConfigUsing(from)
 }
 
 // nodeConfigUsing finds the live NodeConfig whose source is the ConfigMap

@@ -16,6 +16,17 @@ import (
 // (maxInTrial 1), not all at once; the pace holds in a new reconciler that
 // knows only what the nodes recorded.
 func TestSelectorChangeResetsArePaced(t *testing.T) {
+	testSelectorChangeResetsArePaced(t, false)
+}
+
+// One edit that changes the selector and the source together: no
+// NodeConfig uses the config the nodes leave, and their resets are paced
+// all the same, by the NodeConfig they were selected by.
+func TestSelectorAndSourceChangedInOneEditResetsArePaced(t *testing.T) {
+	testSelectorChangeResetsArePaced(t, true)
+}
+
+func testSelectorChangeResetsArePaced(t *testing.T, newSource bool) {
 	f := newFixture(t)
 	names := []string{"n1", "n2", "n3"}
 	agents := map[string]*fakeAgent{}
@@ -51,6 +62,10 @@ func TestSelectorChangeResetsArePaced(t *testing.T) {
 
 	nc.Generation = 2
 	nc.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "b"}}
+	if newSource {
+		f.addConfigMap("ns", "cfg2", "20", map[string]string{"k": "maxPods: 2\n"})
+		nc.Spec.Source = &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: "ns", Name: "cfg2", Key: "k"}}
+	}
 	f.setNodeConfig(nc)
 	f.c.nodesVersion.Add(1)
 	resets := func() (out []string) {

@@ -243,7 +243,7 @@ func (a *fakeAgent) SetAssigned(_ context.Context, r *nodeconfigv1.SetAssignedRe
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.call("SetAssigned")
-	a.recs.Assigned = &nodeconfigv1.AssignedRecord{Source: r.GetSource(), SoakSeconds: r.GetSoakSeconds(), Validator: r.GetValidator(), WrittenAt: a.ts()}
+	a.recs.Assigned = &nodeconfigv1.AssignedRecord{Source: r.GetSource(), SoakSeconds: r.GetSoakSeconds(), Validator: r.GetValidator(), WrittenAt: a.ts(), NodeConfig: r.GetNodeConfig()}
 	a.recs.Error = nil
 	return &nodeconfigv1.SetAssignedResponse{Records: proto.Clone(a.recs).(*nodeconfigv1.Records)}, nil
 }
@@ -289,7 +289,7 @@ func (a *fakeAgent) Reset(_ context.Context, r *nodeconfigv1.ResetRequest, _ ...
 	defer a.mu.Unlock()
 	a.call("Reset")
 	from := a.recs.GetAssigned().GetSource()
-	a.recs = &nodeconfigv1.Records{LastReset: &nodeconfigv1.ResetRecord{From: from, At: a.ts(), SoakSeconds: r.GetSoakSeconds()}}
+	a.recs = &nodeconfigv1.Records{LastReset: &nodeconfigv1.ResetRecord{From: from, At: a.ts(), SoakSeconds: r.GetSoakSeconds(), NodeConfig: r.GetNodeConfig()}}
 	return &nodeconfigv1.ResetResponse{Records: proto.Clone(a.recs).(*nodeconfigv1.Records)}, nil
 }
 

@@ -141,7 +141,7 @@ func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) poli
 	ref := nc.Spec.Source.ConfigMap
 	// Outside a maintenance window even a drift repair waits: it restarts
 	// the kubelet.
-	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: soakSeconds(nc),
+	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: soakSeconds(nc), NodeConfig: nc.Name,
 		CheckDrift: c.trialsHeld(nc).reason != v1alpha1.ReasonOutsideWindow}
 	// The cache only: the ConfigMap's add event wakes the nodes when it
 	// appears, so a retry never costs the API server a GET.
@@ -243,7 +243,7 @@ func (c *Controller) selectedNodes(nc *v1alpha1.NodeConfig) []string {
 func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res policy.Result, selectedBy []*v1alpha1.NodeConfig) time.Duration {
 	var leaving *v1alpha1.NodeConfig
 	if nc == nil && res.Records.ResetSoaking(c.o.Now()) {
-		leaving = c.nodeConfigUsing(res.Records.GetLastReset().GetFrom())
+		leaving = c.leaving(node.Name, res.Records.GetLastReset().GetFrom(), res.Records.GetLastReset().GetNodeConfig())
 	}
 	c.mu.Lock()
 	info := c.infoLocked(node.Name)

@@ -53,6 +53,9 @@ type Desired struct {
 	Data        map[string]string
 	Validator   nodeconfigv1.Validator
 	SoakSeconds int64
+	// NodeConfig names the NodeConfig that wants the config (recorded on
+	// the node with the assignment).
+	NodeConfig string
 	// ResolveErr is an early error met while resolving Source (ConfigMap or
 	// key missing); Source is then nil.
 	ResolveErr *nodeconfigv1.ConfigError
@@ -66,7 +69,8 @@ type Desired struct {
 	// Depart paces a reset (ModeReset) of a node that leaves the config
 	// `from`: whether it may start now, and how long it soaks. Nil resets at
 	// once without a soak.
-	Depart func(from *nodeconfigv1.ConfigSource) (Admission, int64)
+	// (from, and the NodeConfig that assigned it as the node recorded).
+	Depart func(from *nodeconfigv1.ConfigSource, assignedBy string) (admission Admission, soak int64, nodeConfig string)
 }
 
 // Admission is fleet pacing's answer.
@@ -171,19 +175,20 @@ func reset(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs
 		return resetSoak(Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT, Records: recs}, now)
 	}
 	var soak int64
+	var leaving string
 	from := recs.GetAssigned().GetSource()
 	if from == nil {
 		from = recs.GetActive().GetSource()
 	}
 	if from != nil && d.Depart != nil {
 		var admission Admission
-		if admission, soak = d.Depart(from); admission != Admitted {
+		if admission, soak, leaving = d.Depart(from, recs.GetAssigned().GetNodeConfig()); admission != Admitted {
 			// Leaving a config is a change like any other: it waits for a
 			// place in the trial of the NodeConfig it leaves.
 			return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING, Records: recs}
 		}
 	}
-	resp, err := agent.Reset(ctx, &nodeconfigv1.ResetRequest{SoakSeconds: soak})
+	resp, err := agent.Reset(ctx, &nodeconfigv1.ResetRequest{SoakSeconds: soak, NodeConfig: leaving})
 	if err != nil {
 		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Records: recs, Err: fmt.Errorf("reset: %w", err)}
 	}
@@ -231,7 +236,7 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 			return earlyError(ctx, agent, recs, e)
 		}
 	}
-	if _, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator}); err != nil {
+	if _, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig}); err != nil {
 		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
 			Message: fmt.Sprintf("record assigned %s: %v", describe(src), status.Convert(err).Message())}
 		return earlyError(ctx, agent, recs, e)
