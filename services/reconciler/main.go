@@ -104,6 +104,8 @@ func run() error {
 	agentServerName := fs.String("agent-tls-server-name", "nodeconfig-agent.nodeconfig-system.svc", "name the agents' certificate is checked against")
 	agentAudience := fs.String("agent-token-audience", "", "audience of the token sent to each agent, with {node} in it (e.g. nodeconfig-agent/{node}): each node's token is refused by every other node; empty sends none")
 	agentAccount := fs.String("agent-token-service-account", "", "NAMESPACE/NAME of the ServiceAccount whose tokens the reconciler requests for the agents (its own)")
+	agentTokenLifetime := fs.Duration("agent-token-lifetime", agents.DefaultTokenLifetime, "life asked for each node's token (at least 10m: the API server refuses a shorter TokenRequest); a token is replaced at 80 % of the life granted")
+	agentTokenRenewAfter := fs.Duration("agent-token-renew-after", 0, "replace each node's token this long after it was minted, if sooner than 80 % of its life (0: at 80 %; tests, to see renewals within seconds)")
 	nodeValidationOnly := fs.Bool("node-validation-only", false, "do not validate a new version before assigning it; leave validation to the nodes (on activation), e.g. while their validator is newer than this reconciler's")
 	nodeEvents := fs.String("node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
 	maxConns := fs.Int("agent-max-connections", 256, "most agent connections kept open (least recently used closed first)")
@@ -147,8 +149,9 @@ func run() error {
 		if !ok || ns == "" || name == "" {
 			return fmt.Errorf("--agent-token-service-account %q: want NAMESPACE/NAME (needed with --agent-token-audience)", *agentAccount)
 		}
-		if agentTokens, err = agents.NewNodeTokens(kube.CoreV1().ServiceAccounts(ns), name, *agentAudience, maxTokenNodes); err != nil {
-			return fmt.Errorf("--agent-token-audience: %w", err)
+		if agentTokens, err = agents.NewNodeTokens(kube.CoreV1().ServiceAccounts(ns), name, *agentAudience, maxTokenNodes,
+			agents.TokenOptions{Lifetime: *agentTokenLifetime, RenewAfter: *agentTokenRenewAfter}); err != nil {
+			return fmt.Errorf("--agent-token-audience, --agent-token-lifetime, --agent-token-renew-after: %w", err)
 		}
 	}
 	agentDial, err := agents.Credentials(*agentCA, *agentServerName, *agentAudience != "")

@@ -19,9 +19,35 @@ type Event struct {
 	UserAgent string `json:"userAgent"`
 	ObjectRef struct {
 		Resource    string `json:"resource"`
+		Namespace   string `json:"namespace"`
 		Name        string `json:"name"`
 		Subresource string `json:"subresource"`
 	} `json:"objectRef"`
+	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+	ResponseStatus  struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	// RequestObject is there only where the policy logs requests
+	// (test/cluster's does for TokenRequests).
+	RequestObject json.RawMessage `json:"requestObject"`
+}
+
+// Unstored reports whether e is a create the API server answers without
+// storing anything: a TokenRequest (serviceaccounts/token: it signs a token
+// and returns it), a TokenReview or an access review (it computes an answer
+// and returns it). Nothing reaches etcd, nothing is left to list or watch.
+func Unstored(e Event) bool {
+	if e.Verb != "create" {
+		return false
+	}
+	switch e.ObjectRef.Resource {
+	case "tokenreviews", "subjectaccessreviews", "localsubjectaccessreviews",
+		"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews":
+		return true
+	case "serviceaccounts":
+		return e.ObjectRef.Subresource == "token"
+	}
+	return false
 }
 
 // Count returns how many completed requests match.
@@ -60,15 +86,21 @@ func Writes(resource, name, userAgentPrefix string) func(Event) bool {
 }
 
 // WriteCounts are nodeconfig's API writes (create, update, patch, delete
-// by a nodeconfig-* user agent) by kind.
-type WriteCounts struct{ Statusd, Events, NodeConfig, Leases, Other int }
+// by a nodeconfig-* user agent) by kind. Unstored are its creates that
+// store nothing (see Unstored): TokenRequests, TokenReviews, access reviews.
+type WriteCounts struct{ Statusd, Events, NodeConfig, Leases, Other, Unstored int }
 
 // Minus is the writes since o.
 func (w WriteCounts) Minus(o WriteCounts) WriteCounts {
-	return WriteCounts{w.Statusd - o.Statusd, w.Events - o.Events, w.NodeConfig - o.NodeConfig, w.Leases - o.Leases, w.Other - o.Other}
+	return WriteCounts{w.Statusd - o.Statusd, w.Events - o.Events, w.NodeConfig - o.NodeConfig, w.Leases - o.Leases, w.Other - o.Other,
+		w.Unstored - o.Unstored}
 }
 
-// Total leaves out lease renewals: they are per replica, not per node.
+// Total is the writes that store something, per node: lease renewals are
+// left out (per replica, not per node), and so are the creates that store
+// nothing (Unstored). Those cost the API server a signature or a review,
+// no object in etcd and no watch event; they are counted apart, and the
+// tests that meet them (authentication) report them.
 func (w WriteCounts) Total() int { return w.Statusd + w.Events + w.NodeConfig + w.Other }
 
 // add counts e if it is one of nodeconfig's writes.
@@ -83,6 +115,8 @@ func (w *WriteCounts) add(e Event) {
 	}
 	switch {
 	case !strings.HasPrefix(e.UserAgent, "nodeconfig-"):
+	case Unstored(e):
+		w.Unstored++
 	case strings.HasPrefix(e.UserAgent, "nodeconfig-statusd"):
 		w.Statusd++
 	case e.ObjectRef.Resource == "events":
@@ -187,3 +221,46 @@ func (l *Log) Settled(quiet, timeout time.Duration) (WriteCounts, error) {
 // settling state back up to 1 s, the reconciler groups NodeConfig status
 // writes over 1 s).
 const Settle = 2 * time.Second
+
+// TokenRequest is one completed TokenRequest in the audit log.
+type TokenRequest struct {
+	At        time.Time // when the API server received it
+	Account   string    // the ServiceAccount, NAMESPACE/NAME
+	UserAgent string
+	Code      int      // the response's HTTP status
+	Audiences []string // empty unless the policy logs the request
+}
+
+// TokenRequests returns the completed TokenRequests (create
+// serviceaccounts/token) in the audit log at path, in the log's order.
+// Their audiences are there where the policy logs the request body, as
+// test/cluster's does for TokenRequests alone (the response, which holds
+// the token, is never logged).
+func TokenRequests(path string) ([]TokenRequest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []TokenRequest
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e Event
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseComplete" || e.Verb != "create" ||
+			e.ObjectRef.Resource != "serviceaccounts" || e.ObjectRef.Subresource != "token" {
+			continue
+		}
+		tr := TokenRequest{At: e.RequestReceived, Account: e.ObjectRef.Namespace + "/" + e.ObjectRef.Name, UserAgent: e.UserAgent, Code: e.ResponseStatus.Code}
+		var body struct {
+			Spec struct {
+				Audiences []string `json:"audiences"`
+			} `json:"spec"`
+		}
+		if len(e.RequestObject) > 0 && json.Unmarshal(e.RequestObject, &body) == nil {
+			tr.Audiences = body.Spec.Audiences
+		}
+		out = append(out, tr)
+	}
+	return out, sc.Err()
+}

@@ -3,6 +3,7 @@ package audit
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +114,57 @@ func TestSettledGivesUp(t *testing.T) {
 	_, err := NewLog(path).Settled(300*time.Millisecond, time.Second)
 	if err == nil || !strings.Contains(err.Error(), "did not stop") {
 		t.Fatalf("err %v, want the writes reported as never stopping", err)
+	}
+}
+
+// A TokenRequest, a TokenReview and an access review store nothing: they
+// count as Unstored, not in Total, whoever makes them (statusd too).
+func TestCreatesThatStoreNothingAreCountedApart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	tokenRequest := `{"stage":"ResponseComplete","verb":"create","userAgent":"nodeconfig-reconciler/v0.1.0",` +
+		`"objectRef":{"resource":"serviceaccounts","namespace":"nodeconfig-system","name":"nodeconfig-reconciler","subresource":"token"}}` + "\n"
+	appendTo(t, path, tokenRequest+line("create", "nodeconfig-checkpointd", "tokenreviews")+line("create", "nodeconfig-statusd", "tokenreviews")+
+		line("create", "nodeconfig-statusd", "subjectaccessreviews")+line("create", "nodeconfig-reconciler", "serviceaccounts")+
+		line("patch", "nodeconfig-statusd", "nodes"))
+	w, err := CountWrites(path)
+	want := WriteCounts{Statusd: 1, Other: 1, Unstored: 4}
+	if err != nil || w != want {
+		t.Fatalf("%+v (%v), want %+v", w, err, want)
+	}
+	if w.Total() != 2 {
+		t.Fatalf("Total %d, want 2: a ServiceAccount created and a Node patched", w.Total())
+	}
+}
+
+// TokenRequests reads each completed TokenRequest with its time, account,
+// status and (where the request is logged) audiences.
+func TestTokenRequestsReadsAudiences(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	ev := func(stage, received, audiences string, code int) string {
+		return `{"kind":"Event","level":"Request","stage":"` + stage + `","verb":"create","userAgent":"nodeconfig-reconciler/v0.1.0",` +
+			`"objectRef":{"resource":"serviceaccounts","namespace":"nodeconfig-system","name":"nodeconfig-reconciler","apiVersion":"v1","subresource":"token"},` +
+			`"responseStatus":{"metadata":{},"code":` + strconv.Itoa(code) + `},` +
+			`"requestObject":{"kind":"TokenRequest","apiVersion":"authentication.k8s.io/v1","metadata":{"creationTimestamp":null},` +
+			`"spec":{"audiences":` + audiences + `,"expirationSeconds":600,"boundObjectRef":null},"status":{"token":"","expirationTimestamp":null}},` +
+			`"requestReceivedTimestamp":"` + received + `","stageTimestamp":"` + received + `"}` + "\n"
+	}
+	appendTo(t, path, ev("ResponseComplete", "2026-11-22T12:00:01.123456Z", `["nodeconfig-agent/n-0"]`, 201)+
+		ev("ResponseStarted", "2026-11-22T12:00:02.000000Z", `["nodeconfig-agent/n-1"]`, 201)+
+		ev("ResponseComplete", "2026-11-22T12:00:03.000000Z", `["nodeconfig-agent/n-1"]`, 422)+
+		line("create", "nodeconfig-checkpointd", "tokenreviews"))
+	got, err := TokenRequests(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d TokenRequests, want the 2 completed: %+v", len(got), got)
+	}
+	at := time.Date(2026, 11, 22, 12, 0, 1, 123456000, time.UTC)
+	if g := got[0]; !g.At.Equal(at) || g.Account != "nodeconfig-system/nodeconfig-reconciler" || g.Code != 201 ||
+		len(g.Audiences) != 1 || g.Audiences[0] != "nodeconfig-agent/n-0" || !strings.HasPrefix(g.UserAgent, "nodeconfig-reconciler") {
+		t.Fatalf("first TokenRequest %+v", g)
+	}
+	if got[1].Code != 422 {
+		t.Fatalf("second TokenRequest %+v, want the refused one", got[1])
 	}
 }

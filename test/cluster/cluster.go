@@ -33,7 +33,8 @@ type Options struct {
 	Dir string
 	// DurableEtcd keeps etcd's fsync (make run); tests skip it for speed.
 	DurableEtcd bool
-	// AuditLog writes the API server's audit log (metadata level) to Dir/audit.log.
+	// AuditLog writes the API server's audit log to Dir/audit.log
+	// (auditPolicy: metadata level; TokenRequests with their request).
 	AuditLog bool
 	// RealNode readies the API server for a real kubelet and real pods: it
 	// also listens on PodsReachAt (an address on the node's pod bridge, named
@@ -55,6 +56,22 @@ type Cluster struct {
 	APIServer  *proc.Process
 	pki        *pki
 }
+
+// auditPolicy logs every request's metadata, and TokenRequests with their
+// request body too: its audiences say which node's token the reconciler
+// minted (test/audit.TokenRequests). The response, with the token, is never
+// logged; a TokenReview's request holds a token and stays at metadata.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Request
+  verbs: [create]
+  resources:
+  - group: ""
+    resources: [serviceaccounts/token]
+- level: Metadata
+`
 
 // Start brings up etcd and kube-apiserver and installs the CRDs.
 func Start(ctx context.Context, o Options) (*Cluster, error) {
@@ -135,7 +152,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	}
 	if o.AuditLog {
 		policy := filepath.Join(o.Dir, "audit-policy.yaml")
-		if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n  omitStages: [RequestReceived]\n"), 0o600); err != nil {
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
 			return nil, err
 		}
 		apiArgs = append(apiArgs, "--audit-policy-file", policy, "--audit-log-path", filepath.Join(o.Dir, "audit.log"))

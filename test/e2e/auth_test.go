@@ -46,7 +46,11 @@ type secureEnv struct {
 
 func newSecureEnv(t *testing.T) *secureEnv { return newSecureNodes(t, 1) }
 
-func newSecureNodes(t *testing.T, n int) *secureEnv {
+func newSecureNodes(t testing.TB, n int) *secureEnv { return newSecureNodesWith(t, n, nil) }
+
+// newSecureNodesWith is newSecureNodes with more flags for node i's
+// checkpointd and statusd (more may be nil).
+func newSecureNodesWith(t testing.TB, n int, more func(i int) sim.NodeOptions) *secureEnv {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "nc-tls-")
 	if err != nil {
@@ -58,11 +62,17 @@ func newSecureNodes(t *testing.T, n int) *secureEnv {
 		t.Fatal(err)
 	}
 	auth := []string{"--auth=token", "--auth-audience", agentAudience, "--tls-cert-file", agentTLS.CertFile, "--tls-key-file", agentTLS.KeyFile}
-	e := newNodes(t, n, func(int) sim.NodeOptions {
-		return sim.NodeOptions{
+	e := newNodes(t, n, func(i int) sim.NodeOptions {
+		o := sim.NodeOptions{
 			CheckpointdArgs: append([]string{"--kubeconfig", cluster.Shared.Kubeconfig}, auth...),
 			StatusdArgs:     auth,
 		}
+		if more != nil {
+			m := more(i)
+			o.CheckpointdArgs = append(o.CheckpointdArgs, m.CheckpointdArgs...)
+			o.StatusdArgs = append(append([]string(nil), o.StatusdArgs...), m.StatusdArgs...)
+		}
+		return o
 	})
 	if err := sim.EnsureNamespace(e.ctx, e.c, "nodeconfig-system"); err != nil {
 		t.Fatal(err)

@@ -617,6 +617,7 @@ func (s *Service) RunGC(ctx context.Context, interval, minAge time.Duration) {
 				s.log.Error("checkpoint sweep failed", "err", err)
 				continue
 			}
+			s.metrics.sweeps.Inc()
 			if n > 0 {
 				s.log.Info("swept unreferenced checkpoints", "removed", n)
 				s.refreshStoreGauges()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -533,5 +534,27 @@ func TestResetInterruptedBeforeTheFileGoesDoesNotBringTheConfigBack(t *testing.T
 	}
 	if got, ok := f.targetContent(t); ok {
 		t.Fatalf("the old config came back at start: target = %q", got)
+	}
+}
+
+// Every sweep counts in nodeconfig_checkpoint_sweeps_total, also one that
+// removed nothing: a test can tell the GC timer fired.
+func TestRunGCCountsEverySweep(t *testing.T) {
+	f := newFixture(t)
+	f.put(t, "1", "a: 1\n")
+	gctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.svc.RunGC(gctx, time.Millisecond, time.Hour) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(f.svc.metrics.sweeps) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v sweeps counted in 10 s at a 1 ms interval", testutil.ToFloat64(f.svc.metrics.sweeps))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if ps, err := f.store.ListPayloads(); err != nil || len(ps) != 1 {
+		t.Fatalf("sweeps within the min age removed a checkpoint: %d left, %v", len(ps), err)
 	}
 }

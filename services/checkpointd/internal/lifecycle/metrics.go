@@ -11,6 +11,7 @@ type Metrics struct {
 	driftRepairs      prometheus.Counter
 	commitSeconds     prometheus.Histogram
 	watchers          prometheus.Gauge
+	sweeps            prometheus.Counter
 }
 
 // NewMetrics registers the series on reg (nil: not registered).
@@ -26,9 +27,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 		watchers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeconfig_record_watchers", Help: "Open WatchRecords streams."}),
+		sweeps: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeconfig_checkpoint_sweeps_total",
+			Help: "Completed sweeps of unreferenced checkpoints (one per --gc-interval), whether or not they removed any."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.checkpointsStored, m.checkpointBytes, m.activations, m.rollbacks, m.driftRepairs, m.commitSeconds, m.watchers)
+		reg.MustRegister(m.checkpointsStored, m.checkpointBytes, m.activations, m.rollbacks, m.driftRepairs, m.commitSeconds, m.watchers, m.sweeps)
 	}
 	return m
 }

@@ -18,13 +18,15 @@ import (
 // NodeTokens mints, for each node, a short-lived token of the reconciler's
 // own ServiceAccount whose audience names that node (the TokenRequest API),
 // so that a token captured on one node is refused by every other. A token
-// is reused until 80 % of its life has passed, then replaced on next use.
+// is reused until 80 % of its life has passed (or TokenOptions.RenewAfter,
+// if sooner), then replaced on next use.
 type NodeTokens struct {
-	accounts corev1client.ServiceAccountInterface
-	account  string
-	audience string // with {node}
-	lifetime time.Duration
-	now      func() time.Time
+	accounts   corev1client.ServiceAccountInterface
+	account    string
+	audience   string // with {node}
+	lifetime   time.Duration
+	renewAfter time.Duration // 0: at 80 % of the life granted
+	now        func() time.Time
 
 	mu       sync.Mutex
 	tokens   *lru.Cache // node -> nodeToken
@@ -36,20 +38,50 @@ type nodeToken struct {
 	renewAt time.Time
 }
 
-// TokenLifetime is how long a node's token is valid. Its reach is one node,
-// so its life is about what the API server pays: at 5,000 nodes an hour is
-// under two TokenRequests a second.
-const TokenLifetime = time.Hour
+// DefaultTokenLifetime is how long a node's token is valid unless
+// TokenOptions say otherwise. Its reach is one node, so its life is about
+// what the API server pays: at 5,000 nodes an hour is under two
+// TokenRequests a second.
+const DefaultTokenLifetime = time.Hour
+
+// MinTokenLifetime is the shortest life the API server grants: it refuses
+// a TokenRequest with expirationSeconds under 600 ("may not specify a
+// duration less than 10 minutes", MinTokenAgeSec in k8s.io/kubernetes
+// pkg/apis/authentication/validation). It may shorten a longer one
+// (--service-account-max-token-expiration); the life granted is what counts.
+const MinTokenLifetime = 10 * time.Minute
+
+// TokenOptions tune the tokens' life and renewal.
+type TokenOptions struct {
+	// Lifetime asked for each token (0: DefaultTokenLifetime); at least
+	// MinTokenLifetime.
+	Lifetime time.Duration
+	// RenewAfter replaces a token this long after it was minted, if that
+	// comes before 80 % of the life granted (0: at 80 %). Tests set it to
+	// see renewals within seconds, which no lifetime the API server
+	// accepts would give.
+	RenewAfter time.Duration
+}
 
 const requestTimeout = 10 * time.Second
 
 // NewNodeTokens builds the minter for ServiceAccount account (in the
 // namespace accounts is for) and an audience with {node} in it.
-func NewNodeTokens(accounts corev1client.ServiceAccountInterface, account, audience string, maxNodes int) (*NodeTokens, error) {
+func NewNodeTokens(accounts corev1client.ServiceAccountInterface, account, audience string, maxNodes int, o TokenOptions) (*NodeTokens, error) {
 	if !strings.Contains(audience, "{node}") {
 		return nil, fmt.Errorf("agent token audience %q must contain {node}: a token's reach is one node", audience)
 	}
-	return &NodeTokens{accounts: accounts, account: account, audience: audience, lifetime: TokenLifetime, now: time.Now, tokens: lru.New(maxNodes)}, nil
+	if o.Lifetime == 0 {
+		o.Lifetime = DefaultTokenLifetime
+	}
+	if o.Lifetime < MinTokenLifetime {
+		return nil, fmt.Errorf("agent token lifetime %v: the API server refuses a TokenRequest for less than %v", o.Lifetime, MinTokenLifetime)
+	}
+	if o.RenewAfter < 0 || o.RenewAfter >= o.Lifetime {
+		return nil, fmt.Errorf("agent token renewal after %v: want 0 (at 80 %% of the life granted) or a duration under the lifetime (%v)", o.RenewAfter, o.Lifetime)
+	}
+	return &NodeTokens{accounts: accounts, account: account, audience: audience, lifetime: o.Lifetime, renewAfter: o.RenewAfter,
+		now: time.Now, tokens: lru.New(maxNodes)}, nil
 }
 
 // Audience is the audience of node's tokens.
@@ -89,8 +121,12 @@ func (t *NodeTokens) Token(ctx context.Context, node string) (string, error) {
 		if life <= 0 {
 			life = t.lifetime
 		}
+		renew := life * 8 / 10
+		if t.renewAfter > 0 {
+			renew = min(renew, t.renewAfter)
+		}
 		t.mu.Lock()
-		t.tokens.Add(node, nodeToken{token: tr.Status.Token, renewAt: issued.Add(life * 8 / 10)})
+		t.tokens.Add(node, nodeToken{token: tr.Status.Token, renewAt: issued.Add(renew)})
 		t.mu.Unlock()
 		return tr.Status.Token, nil
 	})

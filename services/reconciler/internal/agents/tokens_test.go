@@ -2,6 +2,7 @@ package agents
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,12 +35,12 @@ func TestNodeTokensAreScopedToOneNodeAndReused(t *testing.T) {
 		tr.Status.ExpirationTimestamp = metav1.NewTime(now.Add(time.Duration(*tr.Spec.ExpirationSeconds) * time.Second))
 		return true, tr, nil
 	})
-	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("nodeconfig-system"), "nodeconfig-reconciler", "nodeconfig-agent/{node}", 16)
+	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("nodeconfig-system"), "nodeconfig-reconciler", "nodeconfig-agent/{node}", 16, TokenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokens.now = func() time.Time { return now }
-	if _, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "nodeconfig-agent", 16); err == nil {
+	if _, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "nodeconfig-agent", 16, TokenOptions{}); err == nil {
 		t.Fatal("an audience without {node} was accepted: one token would open every node")
 	}
 
@@ -62,16 +63,94 @@ func TestNodeTokensAreScopedToOneNodeAndReused(t *testing.T) {
 	if b != "nodeconfig-agent/node-b#2" {
 		t.Fatalf("node-b's token %q, want one of its own audience", b)
 	}
-	now = now.Add(TokenLifetime * 7 / 10)
+	now = now.Add(DefaultTokenLifetime * 7 / 10)
 	if a, _ := tokens.Token(context.Background(), "node-a"); a != got[0] || requests.Load() != 2 {
 		t.Fatalf("at 70 %% of its life node-a's token was replaced (%q, %d requests)", a, requests.Load())
 	}
-	now = now.Add(TokenLifetime * 2 / 10)
+	now = now.Add(DefaultTokenLifetime * 2 / 10)
 	if a, _ := tokens.Token(context.Background(), "node-a"); a == got[0] {
 		t.Fatal("at 90 % of its life node-a's token was still reused")
 	}
 	tokens.Forget("node-b")
 	if b2, _ := tokens.Token(context.Background(), "node-b"); b2 == b {
 		t.Fatal("a forgotten node's token was reused")
+	}
+}
+
+// tokenServer answers TokenRequests as the API server does: refused under
+// 10 minutes, granted for what was asked (capped at maxLife when set);
+// each answer's token is numbered.
+func tokenServer(t *testing.T, now *time.Time, maxLife time.Duration) (*fake.Clientset, *[]int64) {
+	client := fake.NewClientset()
+	var asked []int64
+	client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenRequest).DeepCopy()
+		secs := *tr.Spec.ExpirationSeconds
+		asked = append(asked, secs)
+		if secs < 600 {
+			return true, nil, fmt.Errorf("spec.expirationSeconds: Invalid value: %d: may not specify a duration less than 10 minutes", secs)
+		}
+		life := time.Duration(secs) * time.Second
+		if maxLife > 0 {
+			life = min(life, maxLife)
+		}
+		tr.Status.Token = fmt.Sprintf("token-%d", len(asked))
+		tr.Status.ExpirationTimestamp = metav1.NewTime(now.Add(life))
+		return true, tr, nil
+	})
+	return client, &asked
+}
+
+// The lifetime asked for is the option's; one under the API server's
+// 10 minutes, or a renewal that is not before the lifetime, is refused at
+// start. RenewAfter replaces a token that long after it was minted, and
+// 80 % of the life granted still wins when it comes first.
+func TestNodeTokensLifetimeAndRenewAfter(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	for _, bad := range []TokenOptions{{Lifetime: 9 * time.Minute}, {Lifetime: time.Hour, RenewAfter: time.Hour}, {RenewAfter: -time.Second}} {
+		client, _ := tokenServer(t, &now, 0)
+		if _, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "a/{node}", 16, bad); err == nil {
+			t.Errorf("options %+v accepted", bad)
+		}
+	}
+
+	client, asked := tokenServer(t, &now, 0)
+	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "a/{node}", 16,
+		TokenOptions{Lifetime: MinTokenLifetime, RenewAfter: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens.now = func() time.Time { return now }
+	first, err := tokens.Token(context.Background(), "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(*asked) != 1 || (*asked)[0] != 600 {
+		t.Fatalf("asked for %v seconds, want [600]", *asked)
+	}
+	now = now.Add(1900 * time.Millisecond)
+	if tok, _ := tokens.Token(context.Background(), "n"); tok != first {
+		t.Fatalf("replaced before RenewAfter: %q", tok)
+	}
+	now = now.Add(200 * time.Millisecond)
+	if tok, _ := tokens.Token(context.Background(), "n"); tok == first || len(*asked) != 2 {
+		t.Fatalf("not replaced after RenewAfter: %q, %d requests", tok, len(*asked))
+	}
+
+	// The API server grants 10 minutes of the hour asked for: renewal at
+	// 8 minutes, before a RenewAfter of 30 minutes.
+	client, asked = tokenServer(t, &now, 10*time.Minute)
+	tokens, err = NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "a/{node}", 16, TokenOptions{RenewAfter: 30 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens.now = func() time.Time { return now }
+	first, _ = tokens.Token(context.Background(), "n")
+	if (*asked)[0] != 3600 {
+		t.Fatalf("asked for %d seconds by default, want 3600", (*asked)[0])
+	}
+	now = now.Add(8*time.Minute + time.Second)
+	if tok, _ := tokens.Token(context.Background(), "n"); tok == first {
+		t.Fatal("a token granted 10 minutes was still reused after 8")
 	}
 }
