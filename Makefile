@@ -35,7 +35,7 @@ IMAGE_TAG  ?= v0.1.0
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
-.PHONY: help tools testbin nodebin node-packages generate build lint test bench fleet run cluster clean fuzz images build-race
+.PHONY: help tools testbin nodebin node-packages generate build lint test bench fleet-bench bench-table fleet run cluster clean fuzz images build-race
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -113,20 +113,35 @@ test: lint build build-race testbin nodebin node-packages images ## lint, then e
 	@# The real node (root, containerd, a kubelet) runs alone: it is the heaviest package.
 	go test $(TEST_FLAGS) nodeconfig.io/test/realnode/...
 
-bench: build testbin nodebin node-packages images ## every performance figure, then the table of docs/performance.md (about 4 min)
-	@mkdir -p $(CACHE)
-	@rm -f $(CACHE)/bench.txt
-	go test -run '^$$' -bench . -benchtime $(BENCHTIME) nodeconfig.io/services/... | tee -a $(CACHE)/bench.txt
-	go test -run '^$$' -bench AssignmentLatency -benchtime 200x nodeconfig.io/test/e2e | tee -a $(CACHE)/bench.txt
-	go test -run '^$$' -bench 'WritesPerNode|SteadyState' -benchtime 3x nodeconfig.io/test/e2e | tee -a $(CACHE)/bench.txt
-	go run nodeconfig.io/test/cmd/fleet -nodes 1000 | tee -a $(CACHE)/bench.txt
-	@# The same fleet around authentication (unix sockets): what TLS and the per-node tokens cost.
-	go run nodeconfig.io/test/cmd/fleet -nodes 1000 -auth=false | tee -a $(CACHE)/bench.txt
-	go test -short -run '^$$' -bench KubeletRunsNewConfig -benchtime 20x nodeconfig.io/test/realnode | tee -a $(CACHE)/bench.txt
-	go test -short -run '^$$' -bench BadConfigToHealthyLastKnownGood -benchtime 10x nodeconfig.io/test/realnode | tee -a $(CACHE)/bench.txt
-	@echo; go run nodeconfig.io/test/cmd/benchtable $(CACHE)/bench.txt
+# The raw output of the last make bench (and of make fleet-bench after it),
+# committed: the table of docs/performance.md is rendered from it, and make
+# test fails when the two differ. A line "# run: ..." names each run.
+BENCH_OUT := docs/bench/latest.txt
+BENCH_RUN  = echo "\# run: $(1) on $$(date -u '+%Y-%m-%d %H:%M UTC') at $$(git describe --always --dirty)"
 
-fleet: build testbin ## the fleet benchmark alone: FLEET_NODES simulated nodes (default 1000)
+bench: build testbin nodebin node-packages images ## every performance figure into docs/bench/latest.txt, then the table of docs/performance.md from it (about 5 min)
+	@mkdir -p $(dir $(BENCH_OUT))
+	@$(call BENCH_RUN,make bench) > $(BENCH_OUT)
+	go test -run '^$$' -bench . -benchtime $(BENCHTIME) nodeconfig.io/services/... | tee -a $(BENCH_OUT)
+	go test -run '^$$' -bench AssignmentLatency -benchtime 200x nodeconfig.io/test/e2e | tee -a $(BENCH_OUT)
+	go test -run '^$$' -bench 'WritesPerNode|SteadyState' -benchtime 3x nodeconfig.io/test/e2e | tee -a $(BENCH_OUT)
+	go run nodeconfig.io/test/cmd/fleet -nodes 1000 | tee -a $(BENCH_OUT)
+	@# The same fleet around authentication (unix sockets): what TLS and the per-node tokens cost.
+	go run nodeconfig.io/test/cmd/fleet -nodes 1000 -auth=false | tee -a $(BENCH_OUT)
+	go test -short -run '^$$' -bench KubeletRunsNewConfig -benchtime 20x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
+	go test -short -run '^$$' -bench BadConfigToHealthyLastKnownGood -benchtime 10x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
+	@echo; $(MAKE) --no-print-directory bench-table
+
+fleet-bench: build testbin ## one fleet run of FLEET_NODES nodes appended to docs/bench/latest.txt (the 5,000-node rows: FLEET_NODES=5000), then the table
+	@mkdir -p $(dir $(BENCH_OUT))
+	@$(call BENCH_RUN,make fleet-bench FLEET_NODES=$(FLEET_NODES)) >> $(BENCH_OUT)
+	go run nodeconfig.io/test/cmd/fleet -nodes $(FLEET_NODES) | tee -a $(BENCH_OUT)
+	@echo; $(MAKE) --no-print-directory bench-table
+
+bench-table: ## the table of docs/performance.md rendered again from docs/bench/latest.txt (fails on a missed target)
+	go run nodeconfig.io/test/cmd/benchtable -write docs/performance.md $(BENCH_OUT)
+
+fleet: build testbin ## the fleet benchmark alone, nothing saved: FLEET_NODES simulated nodes (default 1000)
 	go run nodeconfig.io/test/cmd/fleet -nodes $(FLEET_NODES)
 
 fuzz: ## fuzz each target for FUZZTIME (default 30s)

@@ -1,17 +1,27 @@
-// Command benchtable reads Go benchmark output (make bench collects it) and
-// prints the performance table of docs/performance.md: each figure, its
-// target, what was measured, and the ratio to the anchor or floor. It exits
-// 1 when a figure misses its target, naming each one on stderr, so make
-// bench fails on a regression.
+// Command benchtable reads Go benchmark output and prints the performance
+// table of docs/performance.md: each figure, its target, what was measured,
+// and the ratio to the anchor or floor. It exits 1 when a figure misses its
+// target, naming each one on stderr, so make bench fails on a regression.
 //
-//	make bench    # runs the benchmarks, then this
+// The table in docs/performance.md is this command's, never typed: make
+// bench saves its raw output to docs/bench/latest.txt (make fleet-bench
+// appends the runs that need a flag, such as 5,000 nodes) and runs
+//
+//	benchtable -write docs/performance.md docs/bench/latest.txt
+//
+// which rewrites the block between the bench markers from that file. A
+// test of this package fails when the committed block is not what the
+// committed output renders.
 package main
 
 import (
 	"bufio"
+	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -25,6 +35,12 @@ type row struct {
 	target    string
 	ok        func(v float64) bool
 	reference func(v float64) string // ratio to the anchor or floor
+}
+
+// runBy names, for the benchmarks make bench does not run, what appends
+// them to the saved output; a figure not run says so.
+var runBy = map[string]string{
+	"BenchmarkFleet/nodes=5000": "make fleet-bench FLEET_NODES=5000",
 }
 
 var rows = []row{
@@ -52,7 +68,11 @@ var rows = []row{
 		func(v float64) bool { return v <= 3 }, nil},
 	{"fleet of 5,000: all active on a change", "BenchmarkFleet/nodes=5000", "all-active-s", "reported",
 		func(float64) bool { return true }, nil},
+	{"fleet of 5,000: first rollout, all active", "BenchmarkFleet/nodes=5000", "first-rollout-s", "reported",
+		func(float64) bool { return true }, nil},
 	{"fleet of 5,000: reconciler peak RSS", "BenchmarkFleet/nodes=5000", "reconciler-peak-rss-MiB", "reported",
+		func(float64) bool { return true }, nil},
+	{"fleet of 5,000: API writes per node per change", "BenchmarkFleet/nodes=5000", "writes/node/change", "reported",
 		func(float64) bool { return true }, nil},
 	{"real kubelet: ConfigMap edit -> running it, p50", "BenchmarkKubeletRunsNewConfig", "to-kubelet-running-p50-ms", "reported",
 		func(float64) bool { return true }, dkc},
@@ -73,46 +93,74 @@ func dkc(ms float64) string {
 
 var suffix = regexp.MustCompile(`-\d+$`)
 
+// runPrefix starts the line make bench and make fleet-bench write before
+// their output: which run, when, at which commit.
+const runPrefix = "# run: "
+
+// output is what benchtable reads of saved benchmark output.
+type output struct {
+	figures map[string]map[string]float64 // metric values by benchmark
+	runs    []string                      // the runs' own lines (runPrefix), in order
+}
+
 // parse collects metric values by benchmark; a benchmark run more than
-// once (several -count) keeps its last value.
-func parse(r io.Reader) (map[string]map[string]float64, error) {
-	out := map[string]map[string]float64{}
+// once (several -count, or a run appended later) keeps its last value.
+func parse(r io.Reader) (output, error) {
+	out := output{figures: map[string]map[string]float64{}}
 	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
+		if run, ok := strings.CutPrefix(sc.Text(), runPrefix); ok {
+			out.runs = append(out.runs, strings.TrimSpace(run))
+			continue
+		}
 		f := strings.Fields(sc.Text())
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
 		name := suffix.ReplaceAllString(f[0], "")
-		if out[name] == nil {
-			out[name] = map[string]float64{}
+		if out.figures[name] == nil {
+			out.figures[name] = map[string]float64{}
 		}
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
 				break
 			}
-			out[name][f[i+1]] = v
+			out.figures[name][f[i+1]] = v
 		}
 	}
 	return out, sc.Err()
 }
 
 func main() {
-	in := io.Reader(os.Stdin)
-	if len(os.Args) > 1 {
-		f, err := os.Open(os.Args[1])
+	fs := flag.NewFlagSet("benchtable", flag.ExitOnError)
+	write := fs.String("write", "", "also rewrite the table between the bench markers of this Markdown file (docs/performance.md)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: benchtable [-write docs/performance.md] [BENCHMARK-OUTPUT]  (stdin without a file)")
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(os.Args[1:])
+	in, name := io.Reader(os.Stdin), "stdin"
+	if fs.NArg() > 0 {
+		f, err := os.Open(fs.Arg(0))
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "benchtable:", err)
-			os.Exit(1)
+			fail(err)
 		}
 		defer f.Close()
-		in = f
+		in, name = f, fs.Arg(0)
 	}
-	missed, err := table(in, os.Stdout)
+	o, err := parse(in)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "benchtable:", err)
-		os.Exit(1)
+		fail(fmt.Errorf("%s: %w", name, err))
+	}
+	missed := render(o, os.Stdout)
+	if *write != "" {
+		// Written also when a target is missed: the document shows the miss.
+		blk, _ := block(o, sourceName(name))
+		if err := rewrite(*write, blk); err != nil {
+			fail(err)
+		}
 	}
 	if len(missed) > 0 {
 		fmt.Fprintf(os.Stderr, "benchtable: %d target(s) missed: %s\n", len(missed), strings.Join(missed, "; "))
@@ -120,21 +168,49 @@ func main() {
 	}
 }
 
+// sourceName is how the block names the saved output: relative to the
+// working directory (make's: the repository), however it was given.
+func sourceName(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(wd, abs); err == nil && !strings.HasPrefix(rel, "..") {
+				path = rel
+			}
+		}
+	}
+	return filepath.ToSlash(path)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "benchtable:", err)
+	os.Exit(1)
+}
+
 // table prints the performance table for the benchmark output in r and
 // returns the figures that missed their target, each with its target and
-// measurement. A figure that was not run is shown as such and is not a miss:
-// make bench may run a subset.
+// measurement.
 func table(r io.Reader, w io.Writer) (missed []string, err error) {
-	got, err := parse(r)
+	o, err := parse(r)
 	if err != nil {
 		return nil, err
 	}
+	return render(o, w), nil
+}
+
+// render prints the table of o. A figure that was not run is shown as such
+// (with what runs it, when make bench does not) and is not a miss: make
+// bench may run a subset.
+func render(o output, w io.Writer) (missed []string) {
 	fmt.Fprintln(w, "| figure | target | measured | ratio to anchor or floor | |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
 	for _, r := range rows {
-		v, ok := got[r.bench][r.metric]
+		v, ok := o.figures[r.bench][r.metric]
 		if !ok {
-			fmt.Fprintf(w, "| %s | %s | not run | | |\n", r.figure, r.target)
+			notRun := "not run"
+			if cmd := runBy[r.bench]; cmd != "" {
+				notRun += " (`" + cmd + "`)"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | | |\n", r.figure, r.target, notRun)
 			continue
 		}
 		measured := strconv.FormatFloat(v, 'f', -1, 64) + " " + r.metric
@@ -149,5 +225,85 @@ func table(r io.Reader, w io.Writer) (missed []string, err error) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.figure, r.target, measured, ref, verdict)
 	}
-	return missed, nil
+	return missed
+}
+
+// The block of docs/performance.md that is benchtable's.
+const (
+	beginMarker = "<!-- bench:begin -->\n"
+	endMarker   = "<!-- bench:end -->"
+)
+
+// block is what goes between the markers: where the figures were saved and
+// by which runs, then the table.
+func block(o output, source string) (string, []string) {
+	var b strings.Builder
+	if len(o.runs) == 0 {
+		fmt.Fprintf(&b, "Rendered from `%s`, which holds no run yet: `make bench` saves one.\n\n", source)
+	} else {
+		fmt.Fprintf(&b, "Rendered from `%s`, saved by: %s.\n\n", source, strings.Join(o.runs, "; "))
+	}
+	missed := render(o, &b)
+	return b.String(), missed
+}
+
+// blockOf returns the text between the markers of doc.
+func blockOf(doc []byte) (string, error) {
+	i, j, err := markers(doc)
+	if err != nil {
+		return "", err
+	}
+	return string(doc[i:j]), nil
+}
+
+// markers finds the block: from after the begin marker's line to the end
+// marker, each there once.
+func markers(doc []byte) (from, to int, err error) {
+	begin, end := []byte(beginMarker), []byte(endMarker)
+	if bytes.Count(doc, begin) != 1 || bytes.Count(doc, end) != 1 {
+		return 0, 0, fmt.Errorf("want one %q line and one %q line", strings.TrimSpace(beginMarker), endMarker)
+	}
+	from, to = bytes.Index(doc, begin)+len(begin), bytes.Index(doc, end)
+	if to < from {
+		return 0, 0, fmt.Errorf("%q comes before %q", endMarker, strings.TrimSpace(beginMarker))
+	}
+	return from, to, nil
+}
+
+// rewrite replaces the block of the Markdown file at path with blk, by a
+// rename: a reader sees the old file or the new one.
+func rewrite(path, blk string) error {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	i, j, err := markers(doc)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	updated := append(append(append([]byte(nil), doc[:i]...), blk...), doc[j:]...)
+	if bytes.Equal(updated, doc) {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(updated); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(fi.Mode().Perm()); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -18,7 +19,7 @@ BenchmarkAssignmentLatency-2           	       1	2000000000 ns/op	        41.00 
 BenchmarkWritesPerNodePerConfigChange-2	       1	3000000000 ns/op	         2.00 writes/node/change
 BenchmarkSteadyStateWritesPerNodePerHour-2	   1	3000000000 ns/op	         0 writes/node/hour
 BenchmarkFleet/nodes=1000-2            	       1	60000000000 ns/op	         7.50 all-active-s	        80.00 reconciler-peak-rss-MiB	         2.10 writes/node/change
-BenchmarkFleet/nodes=5000-2            	       1	90000000000 ns/op	        30.00 all-active-s	       300.00 reconciler-peak-rss-MiB
+BenchmarkFleet/nodes=5000-2            	       1	90000000000 ns/op	        30.00 all-active-s	        40.00 first-rollout-s	       300.00 reconciler-peak-rss-MiB	         2.07 writes/node/change
 BenchmarkKubeletRunsNewConfig-2     	      20	 996000936 ns/op	      1472 to-kubelet-running-p50-ms	      1510 to-kubelet-running-p99-ms
 BenchmarkBadConfigToHealthyLastKnownGood-2     	      10	 996000936 ns/op	      5000 to-healthy-lkg-p50-ms	      6000 to-healthy-lkg-p99-ms
 PASS
@@ -69,6 +70,106 @@ func TestTableNotRunIsNotAMiss(t *testing.T) {
 	}
 }
 
+// A figure not run that make bench does not run names what runs it.
+func TestNotRunNamesWhatRunsIt(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := table(strings.NewReader(strings.Replace(allMet, "BenchmarkFleet/nodes=5000", "BenchmarkFleet/nodes=4000", 1)), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| fleet of 5,000: all active on a change | reported | not run (`make fleet-bench FLEET_NODES=5000`) | | |") {
+		t.Fatalf("the 5,000-node row does not say how to run it:\n%s", out.String())
+	}
+}
+
+// A run appended later (make fleet-bench) is read like the rest, and its
+// value wins over an earlier one; each run's own line names it.
+func TestAppendedRunsAreRead(t *testing.T) {
+	saved := "# run: make bench on 2026-11-23 10:00 UTC at abc1234\n" + allMet +
+		"# run: make fleet-bench FLEET_NODES=5000 on 2026-11-23 11:00 UTC at abc1234\n" +
+		"BenchmarkFleet/nodes=5000 1 35000000000 ns/op 35.5 all-active-s 44 first-rollout-s 114 reconciler-peak-rss-MiB 2.07 writes/node/change\n"
+	o, err := parse(strings.NewReader(saved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, missed := block(o, "docs/bench/latest.txt")
+	if len(missed) != 0 {
+		t.Fatalf("missed %q", missed)
+	}
+	if !strings.HasPrefix(blk, "Rendered from `docs/bench/latest.txt`, saved by: make bench on 2026-11-23 10:00 UTC at abc1234; "+
+		"make fleet-bench FLEET_NODES=5000 on 2026-11-23 11:00 UTC at abc1234.\n\n| figure |") {
+		t.Fatalf("the block does not name the runs:\n%s", blk)
+	}
+	if !strings.Contains(blk, "| fleet of 5,000: all active on a change | reported | 35.5 all-active-s |") {
+		t.Fatalf("the appended run's figure is not the one shown:\n%s", blk)
+	}
+}
+
+// -write replaces the block between the markers and nothing else, leaves
+// the file alone when the block is already right, and refuses a document
+// without exactly one pair of markers.
+func TestRewriteReplacesOnlyTheBlock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "perf.md")
+	doc := "# Perf\n\nintro\n\n<!-- bench:begin -->\n| old | table |\n<!-- bench:end -->\n\nafter\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rewrite(path, "new\n"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(path)
+	if want := "# Perf\n\nintro\n\n<!-- bench:begin -->\nnew\n<!-- bench:end -->\n\nafter\n"; string(got) != want {
+		t.Fatalf("rewritten:\n%s\nwant:\n%s", got, want)
+	}
+	if blk, err := blockOf(got); err != nil || blk != "new\n" {
+		t.Fatalf("blockOf: %q, %v", blk, err)
+	}
+	fi, _ := os.Stat(path)
+	if err := rewrite(path, "new\n"); err != nil {
+		t.Fatal(err)
+	}
+	if fi2, _ := os.Stat(path); !os.SameFile(fi, fi2) {
+		t.Fatal("an unchanged block rewrote the file")
+	}
+	for _, bad := range []string{"no markers\n", "<!-- bench:end -->\n<!-- bench:begin -->\n", "<!-- bench:begin -->\n<!-- bench:begin -->\n<!-- bench:end -->\n"} {
+		if err := os.WriteFile(path, []byte(bad), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := rewrite(path, "x\n"); err == nil {
+			t.Errorf("rewrote %q", bad)
+		}
+	}
+}
+
+// The table of docs/performance.md is what benchtable renders from the
+// saved output, docs/bench/latest.txt: no figure is typed in. A hand edit of
+// either fails here.
+func TestCommittedTableIsTheSavedOutputs(t *testing.T) {
+	root := filepath.Join("..", "..", "..")
+	saved, err := os.Open(filepath.Join(root, "docs", "bench", "latest.txt"))
+	if err != nil {
+		t.Fatalf("the saved benchmark output: %v (make bench writes it)", err)
+	}
+	defer saved.Close()
+	o, err := parse(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := block(o, "docs/bench/latest.txt")
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "performance.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := blockOf(doc)
+	if err != nil {
+		t.Fatalf("docs/performance.md: %v", err)
+	}
+	if got != want {
+		t.Fatalf("docs/performance.md's table is not what docs/bench/latest.txt renders; never edit it by hand, "+
+			"render it: go run nodeconfig.io/test/cmd/benchtable -write docs/performance.md docs/bench/latest.txt\n"+
+			"--- in docs/performance.md\n%s--- rendered\n%s", got, want)
+	}
+}
+
 // The command itself: exit 1 and the missed figure on stderr for a miss,
 // exit 0 when every target is met; the table goes to stdout either way.
 func TestCommandExitsNonZeroOnAMissedTarget(t *testing.T) {
@@ -81,33 +182,69 @@ func TestCommandExitsNonZeroOnAMissedTarget(t *testing.T) {
 		{"one missed", oneMissed, 1, "benchtable: 1 target(s) missed: assignment latency p99: 450 p99-ms, target <= 300 ms\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), "BENCHTABLE_RUN_MAIN=1")
-			cmd.Stdin = strings.NewReader(c.input)
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			err := cmd.Run()
-			exit := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				exit = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
+			stdout, stderr, exit := runMain(t, c.input)
+			if exit != c.wantExit || stderr != c.wantStderr {
+				t.Fatalf("exit %d, stderr %q; want exit %d, stderr %q", exit, stderr, c.wantExit, c.wantStderr)
 			}
-			if exit != c.wantExit || stderr.String() != c.wantStderr {
-				t.Fatalf("exit %d, stderr %q; want exit %d, stderr %q", exit, stderr.String(), c.wantExit, c.wantStderr)
-			}
-			if !strings.HasPrefix(stdout.String(), "| figure | target |") || strings.Count(stdout.String(), "\n") != len(rows)+2 {
-				t.Fatalf("stdout is not the table:\n%s", stdout.String())
+			if !strings.HasPrefix(stdout, "| figure | target |") || strings.Count(stdout, "\n") != len(rows)+2 {
+				t.Fatalf("stdout is not the table:\n%s", stdout)
 			}
 		})
 	}
 }
 
+// With -write the command rewrites the document's block from the file it
+// reads, also when a target is missed (the document shows the miss), and
+// still exits 1 for the miss.
+func TestCommandWritesTheBlockAlsoOnAMiss(t *testing.T) {
+	dir := t.TempDir()
+	saved, doc := filepath.Join(dir, "latest.txt"), filepath.Join(dir, "perf.md")
+	if err := os.WriteFile(saved, []byte("# run: make bench on 2026-11-23 10:00 UTC at abc1234\n"+oneMissed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(doc, []byte("intro\n<!-- bench:begin -->\nhand-typed\n<!-- bench:end -->\nafter\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, exit := runMain(t, "", "-write", doc, saved)
+	if exit != 1 || !strings.Contains(stderr, "1 target(s) missed") {
+		t.Fatalf("exit %d, stderr %q; want exit 1 for the miss", exit, stderr)
+	}
+	got, _ := os.ReadFile(doc)
+	o, _ := parse(strings.NewReader("# run: make bench on 2026-11-23 10:00 UTC at abc1234\n" + oneMissed))
+	want, _ := block(o, sourceName(saved))
+	if string(got) != "intro\n<!-- bench:begin -->\n"+want+"<!-- bench:end -->\nafter\n" {
+		t.Fatalf("the document:\n%s\nwant the block rendered from %s:\n%s", got, saved, want)
+	}
+	if !strings.Contains(string(got), "| 450 p99-ms | DKC ~10 s mean: 22 x faster | MISSED |") {
+		t.Fatalf("the written table does not show the miss:\n%s", got)
+	}
+}
+
+// runMain runs this test binary as benchtable with args, stdin as its input.
+func runMain(t *testing.T, stdin string, args ...string) (stdout, stderr string, exit int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "BENCHTABLE_RUN_MAIN=1", "BENCHTABLE_ARGS="+strings.Join(args, "\n"))
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		exit = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), exit
+}
+
 // TestMain runs main instead of the tests when the command test starts
-// this binary as benchtable.
+// this binary as benchtable (its arguments in BENCHTABLE_ARGS, one a line).
 func TestMain(m *testing.M) {
 	if os.Getenv("BENCHTABLE_RUN_MAIN") == "1" {
 		os.Args = os.Args[:1]
+		if a := os.Getenv("BENCHTABLE_ARGS"); a != "" {
+			os.Args = append(os.Args, strings.Split(a, "\n")...)
+		}
 		main()
 		os.Exit(0)
 	}
