@@ -1,15 +1,11 @@
 package integration
 
 import (
-	"bufio"
 	"context"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,70 +16,13 @@ import (
 // prints works as printed, the bad config it suggests rolls nodes back, and
 // Ctrl-C stops everything it started.
 func TestMakeRunCommandsWorkAsPrinted(t *testing.T) {
-	root, err := proc.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	binDir, err := proc.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	state, err := os.MkdirTemp("", "nc-run-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(state) })
-	localrun := filepath.Join(state, "localrun")
-	if out, err := exec.Command("go", "build", "-o", localrun, "nodeconfig.io/test/cmd/localrun").CombinedOutput(); err != nil {
-		t.Fatalf("build localrun: %v\n%s", err, out)
-	}
-	cmd := exec.Command(localrun, "--nodes", "2", "--state", state, "--bin", binDir, "--soak-seconds", "5")
-	cmd.Dir = root
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(state, "localrun.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("localrun output:\n%s", b)
-		}
-	})
-
-	var commands []string
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(io.TeeReader(stdout, logf))
-		for sc.Scan() {
-			line := sc.Text()
-			if c, ok := strings.CutPrefix(line, "  $ "); ok {
-				commands = append(commands, c)
-			}
-			if line == "ready" {
-				close(ready)
-			}
-		}
-		exited <- cmd.Wait()
-	}()
-	select {
-	case <-ready:
-	case err := <-exited:
-		t.Fatalf("localrun exited before ready: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("localrun not ready within 2 minutes")
-	}
+	run := startLocalRun(t, state)
+	root, commands := run.root, run.printed()
 	if len(commands) < 8 {
 		t.Fatalf("only %d commands printed", len(commands))
 	}
@@ -126,16 +65,8 @@ func TestMakeRunCommandsWorkAsPrinted(t *testing.T) {
 		t.Fatalf("a node rolled back from a config the reconciler refused: %s", out)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("localrun exit after Ctrl-C: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("localrun did not stop within 60s of Ctrl-C")
+	if err := run.ctrlC(); err != nil {
+		t.Fatalf("localrun after Ctrl-C: %v", err)
 	}
 	for _, addr := range []string{"127.0.0.1:7601", "127.0.0.1:7602", "127.0.0.1:7603", "127.0.0.1:7611"} {
 		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {

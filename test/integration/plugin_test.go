@@ -1,12 +1,10 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -14,7 +12,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -424,72 +421,11 @@ func closedAddr(t *testing.T) string {
 // Ctrl-C when the test ends.
 func startMakeRun(t *testing.T, state string) string {
 	t.Helper()
-	root, err := proc.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	binDir, err := proc.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if conn, err := net.DialTimeout("tcp", makeRunReconciler, time.Second); err == nil {
-		conn.Close()
-		t.Fatalf("%s is taken: another 'make run' is running", makeRunReconciler)
-	}
-	localrun := filepath.Join(state, "localrun")
-	if out, err := exec.Command("go", "build", "-o", localrun, "nodeconfig.io/test/cmd/localrun").CombinedOutput(); err != nil {
-		t.Fatalf("build localrun: %v\n%s", err, out)
-	}
-	cmd := exec.Command(localrun, "--nodes", "2", "--state", state, "--bin", binDir, "--soak-seconds", "5")
-	cmd.Dir = root
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(state, "localrun.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var exitErr error
-	exited, ready := make(chan struct{}), make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(io.TeeReader(stdout, logf))
-		for sc.Scan() {
-			if sc.Text() == "ready" {
-				close(ready)
-			}
-		}
-		exitErr = cmd.Wait()
-		close(exited)
-	}()
+	run := startLocalRun(t, state)
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-			if exitErr != nil {
-				t.Errorf("localrun exit after Ctrl-C: %v", exitErr)
-			}
-		case <-time.After(60 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Error("localrun did not stop within 60s of Ctrl-C")
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("localrun output:\n%s", b)
+		if err := run.ctrlC(); err != nil {
+			t.Errorf("localrun after Ctrl-C: %v", err)
 		}
 	})
-	select {
-	case <-ready:
-	case <-exited:
-		t.Fatalf("localrun exited before ready: %v", exitErr)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("localrun not ready within 2 minutes")
-	}
-	return filepath.Join(state, "kubeconfig")
+	return run.kubeconfig()
 }

@@ -180,10 +180,10 @@ Look around:
   $ bin/grpcurl -plaintext -unix %[2]s nodeconfig.v1.CheckpointService/ListCheckpoints
   $ bin/grpcurl -plaintext 127.0.0.1:7602 nodeconfig.v1.StatusService/GetNodeStatus
 
-Assign a bad config: the reconciler refuses it before any node gets it (an
-unknown field fails the kubelet validator), every node keeps its config, and
-the NodeConfig says ConfigRefused:
-  $ %[1]s -n %[4]s patch configmap %[5]s --type merge -p '{"data":{"%[7]s":"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPodz: 3\n"}}'
+Assign a bad config: the reconciler refuses it before any node gets it (a
+bogus hairpinMode fails the kubelet's own validation), every node keeps its
+config, and the NodeConfig says ConfigRefused:
+  $ %[1]s -n %[4]s patch configmap %[5]s --type merge -p '{"data":{"%[7]s":"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nhairpinMode: bogus\n"}}'
     %[1]s get nodeconfig demo -o jsonpath='{.status.conditions[?(@.type=="Degraded")].message}'
     %[1]s get nodes -o custom-columns='NAME:.metadata.name,CONFIG:.status.conditions[?(@.type=="NodeConfigReady")].reason'
 
