@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -207,14 +208,7 @@ func TestJSONFieldNames(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
-	keys := func(m any) []string {
-		var ks []string
-		for k := range m.(map[string]any) {
-			ks = append(ks, k)
-		}
-		slices.Sort(ks)
-		return ks
-	}
+	keys := func(m any) []string { return slices.Sorted(maps.Keys(m.(map[string]any))) }
 	if got := keys(doc); !slices.Equal(got, []string{"nodeConfigs", "reconciler"}) {
 		t.Errorf("top: %v", got)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -310,14 +311,7 @@ func TestJSONFieldNames(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
 		t.Fatal(err)
 	}
-	keys := func(m any) []string {
-		var ks []string
-		for k := range m.(map[string]any) {
-			ks = append(ks, k)
-		}
-		slices.Sort(ks)
-		return ks
-	}
+	keys := func(m any) []string { return slices.Sorted(maps.Keys(m.(map[string]any))) }
 	for _, c := range []struct {
 		got  any
 		want []string
