@@ -67,13 +67,22 @@ func TestFleetMaxFailuresHaltsAfterFirstRollback(t *testing.T) {
 	e.configMap("cfg", map[string]string{"config.yaml": badYAML})
 	e.use(e.label, "cfg", map[string]any{"rollout": map[string]any{"maxInTrial": int64(1), "maxFailures": int64(1)}})
 	e.waitNodeConfigCondition(e.label, "Degraded", metav1.ConditionTrue, "RolloutHalted", 30*time.Second)
+	// The NodeConfig's status can say halted before the reconciler has
+	// synced the nodes that were waiting for a place: they learn it on
+	// their next sync.
+	for _, n := range e.nodes {
+		if err := proc.WaitFor(30*time.Second, func() (bool, error) {
+			st := e.nodeState(n.Name).GetState()
+			return st == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || st == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED,
+				fmt.Errorf("node %s in state %v, want rolled back or halted", n.Name, st)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rolledBack := 0
-	for i, n := range e.nodes {
+	for i := range e.nodes {
 		if e.records(i).GetAssigned() != nil {
 			rolledBack++
-		}
-		if st := e.nodeState(n.Name).GetState(); st != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK && st != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED {
-			t.Fatalf("node %s in state %v", n.Name, st)
 		}
 	}
 	if rolledBack != 1 {
