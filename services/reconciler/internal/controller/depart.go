@@ -116,27 +116,41 @@ func (c *Controller) departureAfterSyncLocked(info *NodeInfo, selectedBy *v1alph
 // holds when one edit changed both the selector and the source and a new
 // leader never saw the node selected.
 func (c *Controller) leaving(node string, from *nodeconfigv1.ConfigSource, recorded string) *v1alpha1.NodeConfig {
-	names := []string{recorded}
-	if nc := c.nodeConfigUsing(from); nc != nil && recorded == "" {
+	if nc := c.liveNodeConfig(recorded); nc != nil {
+		return nc
+	}
+	if nc := c.nodeConfigUsing(from); nc != nil {
 		return nc
 	}
 	c.mu.Lock()
+	var remembered []string
 	if info := c.nodes[node]; info != nil {
-		names = append(names, info.DepartingFrom, info.NodeConfig)
+		remembered = []string{info.DepartingFrom, info.NodeConfig}
 	}
 	c.mu.Unlock()
-	ncs, err := c.nodeConfigs()
+	for _, name := range remembered {
+		if nc := c.liveNodeConfig(name); nc != nil {
+			return nc
+		}
+	}
+	return nil
+}
+
+// liveNodeConfig is the NodeConfig of that name from the cache, nil if
+// there is none or it is being deleted.
+func (c *Controller) liveNodeConfig(name string) *v1alpha1.NodeConfig {
+	if name == "" {
+		return nil
+	}
+	obj, err := c.o.NodeConfigs.Get(name)
 	if err != nil {
 		return nil
 	}
-	for _, name := range names {
-		for _, nc := range ncs {
-			if name != "" && nc.Name == name && nc.DeletionTimestamp == nil {
-				return nc
-			}
-		}
+	nc, err := toNodeConfig(obj)
+	if err != nil || nc.DeletionTimestamp != nil {
+		return nil
 	}
-	return c.nodeConfigUsing(from)
+	return nc
 }
 
 // nodeConfigUsing finds the live NodeConfig whose source is the ConfigMap
