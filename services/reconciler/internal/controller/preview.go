@@ -48,17 +48,11 @@ func (c *Controller) Preview(ctx context.Context, name string) (*Preview, error)
 		if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil {
 			continue
 		}
-		ref := nc.Spec.Source.ConfigMap
-		cm, err := c.o.ConfigMaps.ConfigMaps(ref.Namespace).Get(ref.Name)
+		src, data, err := c.pinned(nc.Spec.Source.ConfigMap)
 		if err != nil {
-			return nil, fmt.Errorf("NodeConfig %s: ConfigMap %s/%s: %w", nc.Name, ref.Namespace, ref.Name, err)
+			return nil, fmt.Errorf("NodeConfig %s: %w", nc.Name, err)
 		}
-		data, ok := cm.Data[ref.Key]
-		if !ok {
-			return nil, fmt.Errorf("NodeConfig %s: ConfigMap %s/%s has no key %q", nc.Name, ref.Namespace, ref.Name, ref.Key)
-		}
-		p.Source = &nodeconfigv1.ConfigSource{Namespace: cm.Namespace, Name: cm.Name, Uid: string(cm.UID), ResourceVersion: cm.ResourceVersion, Key: ref.Key}
-		p.Payload = []byte(data)
+		p.Source, p.Payload = src, []byte(data[src.GetKey()])
 	}
 	agent, release, err := c.o.Agents.For(name)
 	if err != nil {

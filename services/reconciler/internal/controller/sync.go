@@ -135,6 +135,27 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	return next, nil
 }
 
+// pinned resolves a ConfigMap key from the cache only (the ConfigMap's add
+// event wakes the nodes when it appears, so a retry never costs the API
+// server a GET): the source pinned to its uid and resourceVersion, and its
+// data. A missing ConfigMap or key is an error that says which, and why it
+// cannot be read where the watch knows.
+func (c *Controller) pinned(ref *v1alpha1.ConfigMapSource) (*nodeconfigv1.ConfigSource, map[string]string, error) {
+	cm, err := c.o.ConfigMaps.ConfigMaps(ref.Namespace).Get(ref.Name)
+	if err != nil {
+		if c.o.ConfigMapErr != nil {
+			if why := c.o.ConfigMapErr(ref.Namespace, ref.Name); why != nil {
+				err = why
+			}
+		}
+		return nil, nil, fmt.Errorf("ConfigMap %s/%s: %v", ref.Namespace, ref.Name, err)
+	}
+	if _, ok := cm.Data[ref.Key]; !ok {
+		return nil, nil, fmt.Errorf("ConfigMap %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key)
+	}
+	return &nodeconfigv1.ConfigSource{Namespace: cm.Namespace, Name: cm.Name, Uid: string(cm.UID), ResourceVersion: cm.ResourceVersion, Key: ref.Key}, cm.Data, nil
+}
+
 // desiredFor resolves a NodeConfig's source for a node from the cache; a
 // missing ConfigMap or key is an early error that heals when it appears.
 func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) policy.Desired {
@@ -143,32 +164,19 @@ func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) poli
 	// the kubelet.
 	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: soakSeconds(nc), NodeConfig: nc.Name,
 		CheckDrift: c.trialsHeld(nc).reason != v1alpha1.ReasonOutsideWindow}
-	// The cache only: the ConfigMap's add event wakes the nodes when it
-	// appears, so a retry never costs the API server a GET.
-	cm, err := c.o.ConfigMaps.ConfigMaps(ref.Namespace).Get(ref.Name)
-	early := func(msg string) policy.Desired {
-		d.ResolveErr = &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: policy.ReasonDownloadFailed, Message: msg}
+	src, data, err := c.pinned(ref)
+	if err != nil {
+		d.ResolveErr = &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: policy.ReasonDownloadFailed, Message: err.Error()}
 		return d
 	}
-	if err != nil {
-		if c.o.ConfigMapErr != nil {
-			if why := c.o.ConfigMapErr(ref.Namespace, ref.Name); why != nil {
-				err = why
-			}
-		}
-		return early(fmt.Sprintf("ConfigMap %s/%s: %v", ref.Namespace, ref.Name, err))
-	}
-	if _, ok := cm.Data[ref.Key]; !ok {
-		return early(fmt.Sprintf("ConfigMap %s/%s has no key %q", ref.Namespace, ref.Name, ref.Key))
-	}
-	d.Source = &nodeconfigv1.ConfigSource{Namespace: cm.Namespace, Name: cm.Name, Uid: string(cm.UID), ResourceVersion: cm.ResourceVersion, Key: ref.Key}
-	if c.refusal(versionOf(d.Source, d.Validator), d.Validator, cm.Data[ref.Key]) != "" {
+	d.Source = src
+	if c.refusal(versionOf(d.Source, d.Validator), d.Validator, data[ref.Key]) != "" {
 		// Refused centrally: no node is assigned it, every node stays on
 		// what it runs (and a soaked one is still promoted); the
 		// NodeConfig says why.
 		return policy.Desired{Mode: policy.ModeLeave}
 	}
-	d.Data = cm.Data
+	d.Data = data
 	d.Admit = c.pace(nc, node.Name, versionOf(d.Source, d.Validator))
 	return d
 }
