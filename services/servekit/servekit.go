@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/tls/certprovider"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -250,6 +251,16 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 		go s.keys.Run(ctx)
 	}
 
+	// One watch of the serving certificate for the gRPC and metrics ports.
+	var certs certprovider.Provider
+	if s.flags.TLSCertFile != "" {
+		var err error
+		if certs, err = watchKeyPair(s.flags.TLSCertFile, s.flags.TLSKeyFile); err != nil {
+			return err
+		}
+		defer certs.Close()
+	}
+
 	var listeners []net.Listener
 	closeAll := func() {
 		for _, l := range listeners {
@@ -264,13 +275,7 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 		// Streams (health watches included) cost memory before any
 		// authentication: bound the connections as well as their streams.
 		l = netutil.LimitListener(limitPerHost(l, maxConnsPerHost), maxTCPConns)
-		if s.flags.TLSCertFile != "" {
-			certs, err := watchKeyPair(s.flags.TLSCertFile, s.flags.TLSKeyFile)
-			if err != nil {
-				_ = l.Close()
-				return err
-			}
-			defer certs.Close()
+		if certs != nil {
 			l = tls.NewListener(l, tlsFrom(certs, "h2"))
 		}
 		listeners = append(listeners, l)
@@ -296,17 +301,13 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 		}
 		var guard *metricsGuard
 		if s.flags.MetricsAuth == "token" {
-			// Bearer tokens must not cross the network in clear text.
-			certs, err := watchKeyPair(s.flags.TLSCertFile, s.flags.TLSKeyFile)
-			if err == nil {
-				guard, err = newMetricsGuard(s.flags.MetricsClients)
-			}
-			if err != nil {
+			// Bearer tokens must not cross the network in clear text
+			// (Check makes sure the certificate is there).
+			if guard, err = newMetricsGuard(s.flags.MetricsClients); err != nil {
 				_ = ml.Close()
 				closeAll()
 				return err
 			}
-			defer certs.Close()
 			ml = tls.NewListener(ml, tlsFrom(certs))
 		}
 		mux := http.NewServeMux()
