@@ -15,8 +15,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -83,11 +85,12 @@ func (n Node) Effective(ctx context.Context, candidate []byte) (eff *Effective, 
 			eff, err = nil, fmt.Errorf("the kubelet would stop: %v", r)
 		}
 	}()
-	_, codecs, err := kubeletscheme.NewSchemeAndCodecs(serializer.EnableStrict)
+	k, err := kubeletScheme()
 	if err != nil {
 		return nil, err
 	}
-	base, err := n.base(ctx, codecs)
+	codecs := k.codecs
+	base, err := n.base(ctx, k)
 	if err != nil {
 		return nil, err
 	}
@@ -123,9 +126,9 @@ func baseFiles(base string) []string {
 // base is the --config file decoded by the kubelet's decoder (strict, then
 // lenient with a warning, defaulted), its relative paths made absolute
 // against its directory; or the kubelet's defaults without one.
-func (n Node) base(ctx context.Context, codecs *serializer.CodecFactory) (*kubeletconfig.KubeletConfiguration, error) {
+func (n Node) base(ctx context.Context, k *scheme) (*kubeletconfig.KubeletConfiguration, error) {
 	if n.BaseConfig == "" {
-		return defaults()
+		return k.defaults()
 	}
 	data, err := os.ReadFile(n.BaseConfig)
 	if err != nil {
@@ -134,7 +137,7 @@ func (n Node) base(ctx context.Context, codecs *serializer.CodecFactory) (*kubel
 	if len(data) == 0 {
 		return nil, fmt.Errorf("kubelet config file %q was empty", n.BaseConfig)
 	}
-	kc, err := codec.DecodeKubeletConfiguration(ctx, codecs, data)
+	kc, err := codec.DecodeKubeletConfiguration(ctx, k.codecs, data)
 	if err != nil {
 		return nil, fmt.Errorf("kubelet config file %s: %w", n.BaseConfig, err)
 	}
@@ -147,16 +150,24 @@ func (n Node) base(ctx context.Context, codecs *serializer.CodecFactory) (*kubel
 	return kc, nil
 }
 
+// scheme is the kubelet's config scheme and its strict codecs.
+type scheme struct {
+	scheme *runtime.Scheme
+	codecs *serializer.CodecFactory
+}
+
+// kubeletScheme is built once: it is the same for every check.
+var kubeletScheme = sync.OnceValues(func() (*scheme, error) {
+	s, codecs, err := kubeletscheme.NewSchemeAndCodecs(serializer.EnableStrict)
+	return &scheme{scheme: s, codecs: codecs}, err
+})
+
 // defaults is what a config file with only apiVersion and kind gives.
-func defaults() (*kubeletconfig.KubeletConfiguration, error) {
-	scheme, _, err := kubeletscheme.NewSchemeAndCodecs()
-	if err != nil {
-		return nil, err
-	}
+func (k *scheme) defaults() (*kubeletconfig.KubeletConfiguration, error) {
 	versioned := &kubeletv1beta1.KubeletConfiguration{}
-	scheme.Default(versioned)
+	k.scheme.Default(versioned)
 	kc := &kubeletconfig.KubeletConfiguration{}
-	if err := scheme.Convert(versioned, kc, nil); err != nil {
+	if err := k.scheme.Convert(versioned, kc, nil); err != nil {
 		return nil, err
 	}
 	return kc, nil
