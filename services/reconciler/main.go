@@ -34,7 +34,7 @@ import (
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/cmwatch"
 	"nodeconfig.io/services/reconciler/internal/controller"
-	"nodeconfig.io/services/reconciler/internal/reconcilerapi"
+	"nodeconfig.io/services/reconciler/internal/grpcapi"
 	"nodeconfig.io/services/servekit"
 )
 
@@ -172,7 +172,7 @@ func run() error {
 	}
 	metrics := controller.NewMetrics(srv.Registry)
 	var current atomic.Pointer[controller.Controller]
-	nodeconfigv1.RegisterReconcilerServiceServer(srv.GRPC, &reconcilerapi.Service{Nodes: func() reconcilerapi.Nodes {
+	nodeconfigv1.RegisterReconcilerServiceServer(srv.GRPC, &grpcapi.Service{Nodes: func() grpcapi.Nodes {
 		if c := current.Load(); c != nil {
 			return c
 		}

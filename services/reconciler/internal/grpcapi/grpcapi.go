@@ -1,6 +1,6 @@
-// Package reconcilerapi is the reconciler's gRPC service for operators:
-// each node's lifecycle state, error, backoff and next reconcile.
-package reconcilerapi
+// Package grpcapi is the reconciler's gRPC adapter, the ReconcilerService for
+// operators: each node's lifecycle state, error, backoff and next reconcile.
+package grpcapi
 
 import (
 	"context"
