@@ -3,8 +3,8 @@ module nodeconfig.io/test
 go 1.26.0
 
 replace (
-	nodeconfig.io/services/api => ../services/api
 	nodeconfig.io/proto => ../proto
+	nodeconfig.io/services/api => ../services/api
 	nodeconfig.io/services/checkpointd => ../services/checkpointd
 	nodeconfig.io/services/reconciler => ../services/reconciler
 	nodeconfig.io/services/servekit => ../services/servekit
@@ -48,6 +48,7 @@ require (
 	github.com/go-openapi/jsonreference v0.20.2 // indirect
 	github.com/go-openapi/swag v0.23.0 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
+	github.com/google/renameio/v2 v2.0.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/josharian/intern v1.0.0 // indirect

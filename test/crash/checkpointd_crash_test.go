@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/servekit/atomicfile"
 	"nodeconfig.io/test/sim"
 )
 
@@ -160,7 +161,7 @@ func TestCheckpointdSurvivesSIGKILLAtRandomMoments(t *testing.T) {
 		// before checkpointd's start repairs anything.
 		before = readTarget(t, targetDir)
 		seenBefore[classify(before, known.active)]++
-		if temps, _ := filepath.Glob(filepath.Join(targetDir, "."+sim.TargetFile+".tmp-*")); len(temps) > 0 {
+		if temps, _ := filepath.Glob(atomicfile.TempGlob(filepath.Join(targetDir, sim.TargetFile))); len(temps) > 0 {
 			// The kill landed between a temp file's creation and its rename.
 			seenBefore["temp file left"]++
 		}

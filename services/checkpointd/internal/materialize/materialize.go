@@ -10,6 +10,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"nodeconfig.io/services/servekit/atomicfile"
 )
 
 // Target is one file in a directory.
@@ -21,49 +23,14 @@ type Target struct {
 // Path is the file's full path.
 func (t Target) Path() string { return filepath.Join(t.Dir, t.Name) }
 
-// Write replaces the file atomically: temp file, fsync, rename, fsync dir.
+// Write replaces the file atomically and durably.
 func (t Target) Write(data []byte) error {
-	if err := os.MkdirAll(t.Dir, 0o755); err != nil {
-		return fmt.Errorf("create target directory: %w", err)
-	}
-	tmp, err := os.CreateTemp(t.Dir, "."+t.Name+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("create temp file in %s: %w", t.Dir, err)
-	}
-	tmpName := tmp.Name()
-	defer os.Remove(tmpName) // no-op after a successful rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", tmpName, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("chmod %s: %w", tmpName, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("fsync %s: %w", tmpName, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmpName, err)
-	}
-	if err := os.Rename(tmpName, t.Path()); err != nil {
-		return fmt.Errorf("rename into %s: %w", t.Path(), err)
-	}
-	return syncDir(t.Dir)
+	return atomicfile.Write(t.Path(), data, 0o644, 0o755)
 }
 
 // Remove deletes the file so the consumer falls back to its local default.
 // A missing file is not an error.
-func (t Target) Remove() error {
-	if err := os.Remove(t.Path()); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		return fmt.Errorf("remove %s: %w", t.Path(), err)
-	}
-	return syncDir(t.Dir)
-}
+func (t Target) Remove() error { return atomicfile.Remove(t.Path()) }
 
 // Matches reports whether the file holds exactly data (want nil: the file
 // must not exist).
@@ -92,21 +59,4 @@ func (t Target) Ensure(want []byte) (changed bool, err error) {
 }
 
 // CleanTemps removes temp files a crash left behind.
-func (t Target) CleanTemps() {
-	matches, _ := filepath.Glob(filepath.Join(t.Dir, "."+t.Name+".tmp-*"))
-	for _, m := range matches {
-		_ = os.Remove(m)
-	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s for fsync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
-}
+func (t Target) CleanTemps() { atomicfile.CleanTemps(t.Path()) }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -17,6 +16,8 @@ import (
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"nodeconfig.io/services/servekit/atomicfile"
 )
 
 // ErrInvalid marks a report that was refused; nothing was changed.
@@ -48,6 +49,7 @@ type Store struct {
 // Open loads the state file (a missing file is an empty store).
 func Open(path string) (*Store, error) {
 	s := &Store{path: path, by: map[string]*Report{}}
+	atomicfile.CleanTemps(path)
 	buf, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, nil
@@ -162,22 +164,7 @@ func (s *Store) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(s.path), 0o700); err != nil {
-		return fmt.Errorf("save reports: %w", err)
-	}
-	tmp := s.path + ".tmp"
-	if err := os.WriteFile(tmp, buf, 0o600); err != nil {
-		return fmt.Errorf("save reports: %w", err)
-	}
-	f, err := os.Open(tmp)
-	if err == nil {
-		err = f.Sync()
-		f.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("save reports: %w", err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
+	if err := atomicfile.Write(s.path, buf, 0o600, 0o700); err != nil {
 		return fmt.Errorf("save reports: %w", err)
 	}
 	return nil

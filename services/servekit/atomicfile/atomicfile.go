@@ -1,0 +1,75 @@
+// Package atomicfile replaces a file whole and durably: a reader sees the old
+// contents or the new, never a part, and after a crash the rename has either
+// happened or not. renameio writes, fsyncs and renames the temp file; the
+// directory's fsync, which makes the rename itself durable, is added here.
+package atomicfile
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/google/renameio/v2"
+)
+
+// Write replaces path with data, creating its directory (dirPerm) when it is
+// missing. The file gets perm whatever the umask or an earlier file had.
+func Write(path string, data []byte, perm, dirPerm os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return fmt.Errorf("create directory %s: %w", dir, err)
+	}
+	// The temp file sits beside path so the rename never crosses a mount.
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(dir), renameio.WithStaticPermissions(perm))
+	if err != nil {
+		return fmt.Errorf("create temp file for %s: %w", path, err)
+	}
+	defer f.Cleanup()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write temp file for %s: %w", path, err)
+	}
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	return SyncDir(dir)
+}
+
+// Remove deletes path durably; a missing file is not an error.
+func Remove(path string) error {
+	if err := os.Remove(path); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// TempGlob matches the temp files Write leaves beside path when it is killed
+// between creating one and renaming it.
+func TempGlob(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"[0-9]*")
+}
+
+// CleanTemps removes what a killed Write left beside path.
+func CleanTemps(path string) {
+	matches, _ := filepath.Glob(TempGlob(path))
+	for _, m := range matches {
+		_ = os.Remove(m)
+	}
+}
+
+// SyncDir makes the directory's entries (a rename, a removal) durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s for fsync: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
