@@ -15,11 +15,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/statusd/internal/grpcapi"
 	"nodeconfig.io/services/statusd/internal/nodesync"
 	"nodeconfig.io/services/statusd/internal/recordwatch"
 	"nodeconfig.io/services/statusd/internal/reports"
 	"nodeconfig.io/services/statusd/internal/setters"
-	"nodeconfig.io/services/statusd/internal/statusapi"
 )
 
 // Options name the node and where its parts are.
@@ -40,7 +40,7 @@ type Options struct {
 type Statusd struct {
 	follower *recordwatch.Follower
 	syncer   *nodesync.Syncer
-	api      *statusapi.Service
+	api      *grpcapi.Service
 	log      *slog.Logger
 }
 
@@ -66,7 +66,7 @@ func New(o Options) (*Statusd, error) {
 		Client: o.Client, NodeName: o.NodeName, Setters: chain, SyncPeriod: o.SyncPeriod,
 		Settling: func() bool { return setters.Activating(s.follower.Records) }, Registerer: o.Registerer, Log: o.Log,
 	})
-	s.api = &statusapi.Service{
+	s.api = &grpcapi.Service{
 		NodeName: o.NodeName, Reports: store, Syncer: s.syncer, Setters: chain, Records: s.follower.Records,
 	}
 	return s, nil

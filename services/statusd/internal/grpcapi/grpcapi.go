@@ -1,6 +1,8 @@
-// Package statusapi is statusd's gRPC service: external setters report
-// through it, and operators read what statusd wants on the Node.
-package statusapi
+// Package grpcapi is statusd's gRPC adapter: external setters report
+// through it, and operators read what statusd wants on the Node. It checks
+// requests and maps them onto the domain packages (reports, nodesync,
+// setters), which know nothing of gRPC.
+package grpcapi
 
 import (
 	"context"
