@@ -54,7 +54,7 @@ type Cluster struct {
 	Client     kubernetes.Interface
 	Etcd       *proc.Process
 	APIServer  *proc.Process
-	pki        *pki
+	pki        *controlPlanePKI
 }
 
 // auditPolicy logs every request's metadata, and TokenRequests with their

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"nodeconfig.io/test/agenttls"
 	"nodeconfig.io/test/cluster"
 	"nodeconfig.io/test/proc"
 	"nodeconfig.io/test/sim"
@@ -32,7 +33,7 @@ func TestAgentMetricsNeedATokenAllowedToGetThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	agentTLS, err := cluster.NewAgentTLS(dir)
+	agentTLS, err := agenttls.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

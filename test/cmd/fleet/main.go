@@ -53,6 +53,7 @@ import (
 	"nodeconfig.io/services/servekit/authn"
 	statusd "nodeconfig.io/services/statusd/server"
 	"nodeconfig.io/test/audit"
+	"nodeconfig.io/test/agenttls"
 	"nodeconfig.io/test/cluster"
 	"nodeconfig.io/test/proc"
 )
@@ -276,7 +277,7 @@ type agents struct {
 // certificate, and the reconciler's ServiceAccount whose per-node tokens the
 // agents review.
 type security struct {
-	tls     cluster.AgentTLS
+	tls     agenttls.Files
 	account string // NAMESPACE/NAME
 	user    string // its user name in TokenReviews
 }
@@ -284,7 +285,7 @@ type security struct {
 const reconcilerAccount = "nodeconfig-reconciler"
 
 func newSecurity(ctx context.Context, admin kubernetes.Interface, root string) (*security, error) {
-	t, err := cluster.NewAgentTLS(filepath.Join(root, "tls"))
+	t, err := agenttls.New(filepath.Join(root, "tls"))
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,46 @@
+// Package agenttls issues the agents' serving certificate as the shipped
+// manifests expect it in the nodeconfig-agent-tls Secret: one certificate
+// for every agent, naming the fixed service name (pod IPs are unknown ahead)
+// and 127.0.0.1 for local runs.
+package agenttls
+
+import (
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"nodeconfig.io/test/pki"
+)
+
+// Files are the CA, certificate and key an agent serves and a client trusts.
+type Files struct {
+	CAFile, CertFile, KeyFile string
+	ServerName                string
+}
+
+// New writes a fresh agent CA and certificate into dir.
+func New(dir string) (Files, error) {
+	t := Files{
+		CAFile: filepath.Join(dir, "ca.crt"), CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"),
+		ServerName: "nodeconfig-agent.nodeconfig-system.svc",
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return t, err
+	}
+	ca, err := pki.NewAuthority("nodeconfig-agent-ca", 24*time.Hour)
+	if err != nil {
+		return t, err
+	}
+	der, key, err := ca.Issue(2, pkix.Name{CommonName: t.ServerName}, x509.ExtKeyUsageServerAuth,
+		[]net.IP{net.ParseIP("127.0.0.1")}, []string{t.ServerName})
+	if err != nil {
+		return t, err
+	}
+	if err := os.WriteFile(t.CAFile, pki.PEM("CERTIFICATE", ca.DER), 0o600); err != nil {
+		return t, err
+	}
+	return t, pki.WriteKeyPair(t.CertFile, t.KeyFile, der, key)
+}
