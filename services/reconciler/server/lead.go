@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/agents"
+	"nodeconfig.io/services/reconciler/internal/cmwatch"
+	"nodeconfig.io/services/reconciler/internal/controller"
+)
+
+// lead builds the reconciler's whole view (informers, agent pool, event
+// recorder, controller) and runs the controller until ctx ends.
+func (r *Reconciler) lead(ctx context.Context) {
+	factory := informers.NewSharedInformerFactoryWithOptions(r.o.Kube, 0, informers.WithTransform(slim))
+	nodes := factory.Core().V1().Nodes()
+	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(r.o.Dynamic, 0)
+	ncs := dynFactory.ForResource(v1alpha1.GroupVersionResource)
+	// Only the ConfigMaps NodeConfigs name are watched (cmwatch); the
+	// controller's handler is set once it exists.
+	var cmH cache.ResourceEventHandler
+	cms := cmwatch.New(r.o.Kube, cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { cmH.OnAdd(obj, false) },
+		UpdateFunc: func(old, cur any) { cmH.OnUpdate(old, cur) },
+		DeleteFunc: func(obj any) { cmH.OnDelete(obj) },
+	}, slim)
+	synced := []cache.InformerSynced{nodes.Informer().HasSynced, ncs.Informer().HasSynced, cms.HasSynced}
+
+	pool := r.pool
+	podFactory := r.agentPodFactory()
+	var podInformer cache.SharedIndexInformer
+	if podFactory != nil {
+		pods := podFactory.Core().V1().Pods()
+		pool.Pods, pool.PodSelector, podInformer = pods.Lister(), labels.Everything(), pods.Informer()
+		synced = append(synced, podInformer.HasSynced)
+	}
+	agentPool := agents.New(pool)
+	defer agentPool.Close()
+
+	recorder, stopRecording := eventRecorder(ctx, r.o.Kube)
+	defer stopRecording()
+
+	c := controller.New(controller.Options{
+		Kube: r.o.Kube, Dynamic: r.o.Dynamic,
+		Nodes: nodes.Lister(), ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, NodeConfigs: ncs.Lister(), Synced: synced,
+		Agents: agentPool, Recorder: recorder, NormalNodeEvents: r.o.NodeEvents == "all", NodeValidationOnly: r.o.NodeValidationOnly,
+		Metrics: r.metrics, Log: r.o.Log,
+		BaseDelay: r.o.BaseDelay, MaxDelay: r.o.MaxDelay,
+	})
+	nodeH, configMapH, ncH, podH := c.Handlers()
+	cmH = configMapH // before any watch starts: they start once the NodeConfigs are listed
+	_, _ = nodes.Informer().AddEventHandler(nodeH)
+	_, _ = ncs.Informer().AddEventHandler(ncH)
+	watchReferencedConfigMaps(ctx, ncs, cms)
+	if podInformer != nil {
+		_, _ = podInformer.AddEventHandler(podH)
+		podFactory.Start(ctx.Done())
+		defer podFactory.Shutdown()
+	}
+	factory.Start(ctx.Done())
+	dynFactory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer dynFactory.Shutdown()
+	r.current.Store(c)
+	defer r.current.Store(nil)
+	if err := c.Run(ctx, r.o.Workers); err != nil {
+		r.o.Log.Error("controller stopped", "err", err)
+	}
+}
+
+// agentPodFactory watches the agent Pods, each trimmed by agentPodOnly,
+// when the agents are found in the cluster (each node's agent is the agent
+// Pod on it); nil when Addresses or SocketTemplate name them.
+func (r *Reconciler) agentPodFactory() informers.SharedInformerFactory {
+	a := r.o.Agents
+	if len(a.Addresses) != 0 || a.SocketTemplate != "" {
+		return nil
+	}
+	return informers.NewSharedInformerFactoryWithOptions(r.o.Kube, 0, informers.WithNamespace(a.Namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = a.Selector }),
+		informers.WithTransform(agentPodOnly))
+}
+
+// watchReferencedConfigMaps keeps cms watching the ConfigMaps the
+// NodeConfigs name: every NodeConfig change re-derives the set.
+func watchReferencedConfigMaps(ctx context.Context, ncs informers.GenericInformer, cms *cmwatch.Watcher) {
+	watchReferenced := func() { cms.Sync(ctx, controller.ReferencedConfigMaps(ncs.Lister())) }
+	_, _ = ncs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { watchReferenced() },
+		UpdateFunc: func(any, any) { watchReferenced() },
+		DeleteFunc: func(any) { watchReferenced() },
+	})
+	go func() {
+		// Once: with no NodeConfig at all, nothing else would start it.
+		if cache.WaitForCacheSync(ctx.Done(), ncs.Informer().HasSynced) {
+			watchReferenced()
+		}
+	}()
+}
+
+// eventRecorder records Events through the API server until stop.
+func eventRecorder(ctx context.Context, kube kubernetes.Interface) (recorder record.EventRecorder, stop func()) {
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodeconfig-reconciler"}), broadcaster.Shutdown
+}

@@ -1,0 +1,162 @@
+// Package server is the reconciler as a library: the controller with its
+// informers, agent pool, event recorder and leader election, and the
+// ReconcilerService that shows its nodes. The reconciler binary is this
+// plus flags, Kubernetes clients and listeners.
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/reconciler/internal/agents"
+	"nodeconfig.io/services/reconciler/internal/controller"
+	"nodeconfig.io/services/reconciler/internal/grpcapi"
+)
+
+// maxTokenNodes bounds the per-node agent tokens kept (about 1 KiB each):
+// above the largest fleet measured, so a sync never waits on a new token
+// for want of room.
+const maxTokenNodes = 1 << 15
+
+// Options configure a reconciler.
+type Options struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	Log     *slog.Logger
+	Agents  Agents
+	// NodeEvents says which node transitions become Events: "warnings"
+	// (rollbacks, failures, drift) or "all" (also activated and promoted).
+	NodeEvents string
+	// NodeValidationOnly leaves validating a new version to the nodes (on
+	// activation) instead of validating it before assigning it.
+	NodeValidationOnly bool
+	// Workers is how many node syncs run at once.
+	Workers int
+	// BaseDelay and MaxDelay bound a node's retry delay after an early
+	// error (doubling per failure).
+	BaseDelay, MaxDelay time.Duration
+	// LeaderElection, when set, runs the controller only while this
+	// replica holds the Lease; nil runs it at once.
+	LeaderElection *LeaderElection
+}
+
+// Agents say where the nodes' checkpointds are and how they are called.
+// With neither Addresses nor SocketTemplate, a node's agent is the agent
+// Pod on it (Namespace, Selector, Port).
+type Agents struct {
+	// Addresses maps a node to HOST:PORT or unix:///path.
+	Addresses map[string]string
+	// SocketTemplate is a unix socket path with {node} in it.
+	SocketTemplate string
+	Namespace      string
+	Selector       string
+	Port           int
+	// CAFile, when set, makes agent calls TLS, the agents' certificate
+	// checked against ServerName.
+	CAFile, ServerName string
+	// TokenAudience, when set, has {node} in it: each call carries a token
+	// of TokenServiceAccount (NAMESPACE/NAME) for the called node alone.
+	TokenAudience       string
+	TokenServiceAccount string
+	TokenLifetime       time.Duration
+	// TokenRenewAfter replaces a token this long after it was minted, if
+	// sooner than 80 % of its life (0: at 80 %).
+	TokenRenewAfter time.Duration
+	// MaxConnections bounds the open agent connections.
+	MaxConnections int
+}
+
+// Reconciler is a configured reconciler; Run drives the fleet.
+type Reconciler struct {
+	o        Options
+	pool     agents.Options // without the Pod lister, which each leadership builds
+	election *leaderelection.LeaderElectionConfig
+	metrics  *controller.Metrics
+	// current is the controller of the leadership under way, nil between
+	// leaderships: the ReconcilerService answers from it.
+	current atomic.Pointer[controller.Controller]
+}
+
+// New checks the options and builds the agents' credentials and the
+// leader election; nothing runs until Run.
+func New(o Options) (*Reconciler, error) {
+	if o.NodeEvents != "warnings" && o.NodeEvents != "all" {
+		return nil, fmt.Errorf("--node-events %q: want warnings or all", o.NodeEvents)
+	}
+	tokens, err := nodeTokens(o.Kube, o.Agents)
+	if err != nil {
+		return nil, err
+	}
+	dial, err := agents.Credentials(o.Agents.CAFile, o.Agents.ServerName, o.Agents.TokenAudience != "")
+	if err != nil {
+		return nil, err
+	}
+	r := &Reconciler{o: o, pool: agents.Options{
+		Static: o.Agents.Addresses, SocketTemplate: o.Agents.SocketTemplate, Port: o.Agents.Port,
+		DialOptions: dial, MaxConnections: o.Agents.MaxConnections, Tokens: tokens,
+	}}
+	if o.LeaderElection != nil {
+		if r.election, err = r.electionConfig(*o.LeaderElection); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// nodeTokens builds the per-node token minter when a.TokenAudience asks
+// for tokens; nil when it does not.
+func nodeTokens(kube kubernetes.Interface, a Agents) (*agents.NodeTokens, error) {
+	if a.TokenAudience == "" {
+		return nil, nil
+	}
+	ns, name, ok := strings.Cut(a.TokenServiceAccount, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, fmt.Errorf("--agent-token-service-account %q: want NAMESPACE/NAME (needed with --agent-token-audience)", a.TokenServiceAccount)
+	}
+	tokens, err := agents.NewNodeTokens(kube.CoreV1().ServiceAccounts(ns), name, a.TokenAudience, maxTokenNodes,
+		agents.TokenOptions{Lifetime: a.TokenLifetime, RenewAfter: a.TokenRenewAfter})
+	if err != nil {
+		return nil, fmt.Errorf("--agent-token-audience, --agent-token-lifetime, --agent-token-renew-after: %w", err)
+	}
+	return tokens, nil
+}
+
+// Register adds the ReconcilerService to g and the controller's metrics to
+// reg (nil: no metrics). It is called before Run.
+func (r *Reconciler) Register(g *grpc.Server, reg prometheus.Registerer) {
+	// One set of metrics for every leadership: a registry takes each
+	// collector once.
+	r.metrics = controller.NewMetrics(reg)
+	nodeconfigv1.RegisterReconcilerServiceServer(g, &grpcapi.Service{Nodes: r.nodes})
+}
+
+// nodes is the controller of the leadership under way, nil while this
+// replica does not lead.
+func (r *Reconciler) nodes() grpcapi.Nodes {
+	if c := r.current.Load(); c != nil {
+		return c
+	}
+	return nil
+}
+
+// Run reconciles the fleet until ctx ends: at once, or with leader
+// election while this replica holds the Lease. It returns an error only
+// when the leader election is misconfigured.
+func (r *Reconciler) Run(ctx context.Context) error {
+	if r.election == nil {
+		r.lead(ctx)
+		return nil
+	}
+	return r.runElected(ctx)
+}

@@ -1,0 +1,102 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	"nodeconfig.io/services/api/v1alpha1"
+)
+
+func options(t *testing.T, kube *kubefake.Clientset) Options {
+	return Options{
+		Kube:       kube,
+		Dynamic:    dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "NodeConfigList"}),
+		Log:        slog.New(slog.DiscardHandler),
+		Agents:     Agents{SocketTemplate: filepath.Join(t.TempDir(), "{node}.sock")},
+		NodeEvents: "warnings",
+		Workers:    1,
+	}
+}
+
+func TestNewRefusesOptionsThatCannotWork(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*Options)
+		want   string
+	}{
+		{"node events", func(o *Options) { o.NodeEvents = "some" }, `--node-events "some"`},
+		{"token account", func(o *Options) { o.Agents.TokenAudience = "agent/{node}" }, "want NAMESPACE/NAME"},
+		{"tokens in clear text", func(o *Options) {
+			o.Agents.TokenAudience, o.Agents.TokenServiceAccount = "agent/{node}", "ns/r"
+		}, "need --agent-ca-file"},
+	} {
+		o := options(t, kubefake.NewClientset())
+		tc.change(&o)
+		if _, err := New(o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want one saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// Without leader election, Run leads at once: the ReconcilerService answers
+// from the running controller, and not once Run has returned.
+func TestRunServesTheControllerUntilTheContextEnds(t *testing.T) {
+	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
+	r, err := New(options(t, kube))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	r.Register(grpc.NewServer(), reg)
+	if r.nodes() != nil {
+		t.Fatal("nodes served before Run")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+
+	// The node has no agent (no socket): its sync fails and is recorded.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if n := r.nodes(); n != nil {
+			if info, ok := n.NodeInfo("n1"); ok && info.Err != "" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("node n1 was not synced within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, err := testutil.GatherAndCount(reg, "nodeconfig_reconciler_queue_depth"); err != nil || n != 1 {
+		t.Errorf("the controller's metrics are not on the registry Register was given (%d series, %v)", n, err)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the context ended")
+	}
+	if r.nodes() != nil {
+		t.Error("nodes still served after Run returned")
+	}
+}
