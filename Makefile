@@ -17,7 +17,7 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR) \
 	-X k8s.io/component-base/version.gitTreeState=clean
 
-TOOLS    := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl
+TOOLS    := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/controller-gen
 TESTBIN  := $(BIN)/kube-apiserver $(BIN)/etcd
 NODEBIN  := $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 SERVICES := checkpointd statusd reconciler
@@ -40,7 +40,7 @@ PAUSE_IMAGE := nodeconfig.local/pause:test
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-tools: $(TOOLS) ## build buf, protoc plugins and grpcurl into ./bin
+tools: $(TOOLS) ## build buf, protoc plugins, grpcurl and controller-gen into ./bin
 
 $(TOOLS) &: tools/go.mod tools/go.sum
 	GOWORK=off go -C tools build -o $(BIN)/ tool
@@ -66,8 +66,9 @@ $(NODEBIN) &: hack/testbin/go.mod hack/testbin/go.sum
 node-packages: ## containerd, runc, the CNI plugins and iptables from Debian, when missing (needs root)
 	@hack/node-packages.sh
 
-generate: $(TOOLS) ## regenerate the Go code of proto/
+generate: $(TOOLS) ## regenerate the Go code of proto/ and the CRD in deploy/crd (from services/api/v1alpha1)
 	buf generate
+	hack/gen-crd.sh deploy/crd
 
 build: ## build the three services and the kubectl plugin (kubectl-nodeconfig) into ./bin
 	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES) kubectl-nodeconfig)
@@ -85,7 +86,7 @@ images: $(BIN)/ocibuild ## OCI image tarballs of the services in ./bin/images (d
 	@CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/pause nodeconfig.io/test/cmd/pause
 	@$(BIN)/ocibuild --binary $(BIN)/linux-amd64/pause --tag $(PAUSE_IMAGE) --user 65535:65535 --out $(BIN)/images/pause.tar
 
-lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code
+lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code and CRD
 	@out=$$(gofmt -l proto services test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet $(PACKAGES)
 	buf lint

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Fails when the committed Go code of proto/ differs from what buf generates.
+# Fails when the committed Go code of proto/ differs from what buf generates,
+# or the CRD in deploy/crd from what controller-gen generates from the Go
+# types of services/api/v1alpha1 (hack/gen-crd.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -8,5 +10,11 @@ buf generate --output "$tmp"
 if ! diff -r -x '*.proto' -x 'go.mod' -x 'go.sum' -x '*_test.go' -x 'helpers*.go' "$tmp/proto/nodeconfig" proto/nodeconfig >/dev/null; then
   echo "generated code in proto/ is stale: run 'make generate' and commit the result"
   diff -r -q -x '*.proto' "$tmp/proto/nodeconfig" proto/nodeconfig || true
+  exit 1
+fi
+hack/gen-crd.sh "$tmp/crd"
+if ! diff -r "$tmp/crd" deploy/crd >/dev/null; then
+  echo "deploy/crd is stale: run 'make generate' and commit the result"
+  diff -r -u deploy/crd "$tmp/crd" || true
   exit 1
 fi

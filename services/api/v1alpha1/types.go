@@ -1,5 +1,3 @@
-// Package v1alpha1 holds the Go types of the NodeConfig API
-// (nodeconfig.io/v1alpha1), the CRD in deploy/crd.
 package v1alpha1
 
 import (
@@ -70,73 +68,178 @@ const (
 	ReasonNodesFailing = "NodesFailing"
 )
 
-// NodeConfig assigns a config to the nodes its selector matches.
+// NodeConfig assigns a config file from a ConfigMap to the nodes its selector
+// matches. Each node checkpoints it, activates it, soaks it, and promotes it
+// to last-known-good; a config that fails to load or validate rolls the node
+// back.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=nc,categories=nodeconfig
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Source",type=string,JSONPath=`.spec.source.configMap.name`,description="ConfigMap the selected nodes use (empty = local defaults)"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.selected`,description="Nodes the selector matches"
+// +kubebuilder:printcolumn:name="Active",type=integer,JSONPath=`.status.active`,description="Nodes whose assigned config is last-known-good"
+// +kubebuilder:printcolumn:name="Soaking",type=integer,JSONPath=`.status.soaking`,priority=1
+// +kubebuilder:printcolumn:name="RolledBack",type=integer,JSONPath=`.status.rolledBack`,priority=1
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.rollout.paused`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type NodeConfig struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   NodeConfigSpec   `json:"spec"`
+	// What the nodes should run: which nodes, which config, how it is
+	// validated, soaked and rolled out.
+	Spec NodeConfigSpec `json:"spec"`
+	// What the reconciler observed of the selected nodes.
 	Status NodeConfigStatus `json:"status,omitempty"`
 }
 
 // NodeConfigSpec is what the user wants.
 type NodeConfigSpec struct {
-	NodeSelector *metav1.LabelSelector `json:"nodeSelector"`
-	Source       *Source               `json:"source,omitempty"`
-	Validator    string                `json:"validator,omitempty"`
-	SoakSeconds  int64                 `json:"soakSeconds,omitempty"`
-	Rollout      Rollout               `json:"rollout,omitempty"`
+	// Nodes this NodeConfig applies to, by their labels. {} selects every
+	// node. The API refuses keys, values and operators a label selector does
+	// not accept.
+	NodeSelector *LabelSelector `json:"nodeSelector"`
+	// The config to use. Absent means the nodes' local defaults.
+	// +optional
+	Source *Source `json:"source,omitempty"`
+	// How the payload is validated before it is used, by the reconciler and
+	// by each node: kubelet (the kubelet's own checks of a
+	// KubeletConfiguration), yaml, json, or none.
+	// +kubebuilder:validation:Enum=kubelet;yaml;json;none
+	// +kubebuilder:default=yaml
+	// +optional
+	Validator string `json:"validator,omitempty"`
+	// How long a config must stay active before it becomes last-known-good,
+	// in seconds (at most 30 days).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2592000
+	// +kubebuilder:default=600
+	// +optional
+	SoakSeconds int64 `json:"soakSeconds,omitempty"`
+	// How a new config version is paced across the selected nodes.
+	// +kubebuilder:default={}
+	// +optional
+	Rollout Rollout `json:"rollout,omitempty"`
 }
 
 // Source names where the config comes from; nil means local defaults.
 type Source struct {
+	// A key of a ConfigMap.
+	// +optional
 	ConfigMap *ConfigMapSource `json:"configMap,omitempty"`
 }
 
 // ConfigMapSource is one key of a ConfigMap.
 type ConfigMapSource struct {
+	// Namespace of the ConfigMap.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Key       string `json:"key"`
+	// Name of the ConfigMap.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+	// The ConfigMap key whose value is the config file.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +kubebuilder:validation:XValidation:rule="self != '.' && self != '..'",message="key must not be '.' or '..'"
+	Key string `json:"key"`
 }
 
 // Rollout paces a new config version across the selected nodes.
 type Rollout struct {
-	MaxInTrial  *intstr.IntOrString `json:"maxInTrial,omitempty"`
-	MaxFailures *int32              `json:"maxFailures,omitempty"`
-	// Paused starts no new trial; nodes already soaking finish and promote.
+	// Most selected nodes soaking a new config at once (a number or a
+	// percentage, rounded up); default 10%, at least one node.
+	// +kubebuilder:default="10%"
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^(100|[1-9][0-9]?)%$')",message="maxInTrial must be a whole number of at least 1 or a percentage from 1% to 100%"
+	// +optional
+	MaxInTrial *intstr.IntOrString `json:"maxInTrial,omitempty"`
+	// Rollbacks of one config version that halt its rollout; 0 never halts.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:default=1
+	// +optional
+	MaxFailures *int32 `json:"maxFailures,omitempty"`
+	// No new trial starts while true; nodes already soaking finish and
+	// promote.
+	// +optional
 	Paused bool `json:"paused,omitempty"`
-	// Windows are when a trial (and the kubelet restart it brings) may
-	// start; none means any time.
+	// Maintenance windows: a trial (and the kubelet restart it brings) starts
+	// only inside one; none means any time. Outside every window nothing
+	// restarts, and the status says when the next one opens.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
 	Windows []Window `json:"windows,omitempty"`
 }
 
-// Window is a recurring maintenance window: Start to End ("HH:MM", End
-// before Start wraps past midnight) on Days (empty: every day), in TimeZone
-// (an IANA name, default UTC).
+// Window is a recurring maintenance window: from start to end (HH:MM; an end
+// before the start wraps past midnight) on days (empty: every day), in
+// timeZone (an IANA name, default UTC).
+//
+// +kubebuilder:validation:XValidation:rule="self.start != self.end",message="start and end must differ"
 type Window struct {
-	Days     []string `json:"days,omitempty"`
-	Start    string   `json:"start"`
-	End      string   `json:"end"`
-	TimeZone string   `json:"timeZone,omitempty"`
+	// Days the window starts on; empty means every day.
+	// +kubebuilder:validation:MaxItems=7
+	// +kubebuilder:validation:items:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
+	// +optional
+	Days []string `json:"days,omitempty"`
+	// Local start time, HH:MM.
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start"`
+	// Local end time, HH:MM; before start, the window ends the next day.
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	End string `json:"end"`
+	// IANA time zone (e.g. Europe/Paris); default UTC.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // NodeConfigStatus is what the reconciler observed.
 type NodeConfigStatus struct {
-	ObservedGeneration int64              `json:"observedGeneration,omitempty"`
-	Conditions         []metav1.Condition `json:"conditions,omitempty"`
-	Selected           int32              `json:"selected"`
-	Waiting            int32              `json:"waiting"`
-	Soaking            int32              `json:"soaking"`
-	Active             int32              `json:"active"`
-	RolledBack         int32              `json:"rolledBack"`
-	Failing            int32              `json:"failing"`
-	// NextWindow is when the next maintenance window opens, while none is
-	// open and nodes wait for one.
+	// The spec generation the counts and conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Ready (every selected node has this config active and last-known-good),
+	// Progressing and Degraded, with the reason.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Nodes the selector matches.
+	// +optional
+	Selected int32 `json:"selected"`
+	// Selected nodes waiting for their turn, a maintenance window or a
+	// resumed rollout.
+	// +optional
+	Waiting int32 `json:"waiting"`
+	// Selected nodes soaking the config before promoting it.
+	// +optional
+	Soaking int32 `json:"soaking"`
+	// Selected nodes whose assigned config is active and last-known-good.
+	// +optional
+	Active int32 `json:"active"`
+	// Selected nodes that rolled back from the assigned config.
+	// +optional
+	RolledBack int32 `json:"rolledBack"`
+	// Selected nodes failing before their config loads (an unreachable
+	// agent, a missing ConfigMap); they retry with backoff.
+	// +optional
+	Failing int32 `json:"failing"`
+	// When the next maintenance window opens, while none is open and nodes
+	// wait for one.
+	// +optional
 	NextWindow *metav1.Time `json:"nextWindow,omitempty"`
-	// RolledBackVersions names, per config version, the nodes that rolled
-	// back from it. A halt is a fact about a version, so it is kept here,
-	// where neither a node's deletion nor a reconciler fail-over loses it.
+	// Per config version (ConfigMap uid and resourceVersion, key,
+	// validator), the nodes that rolled back from it; maxFailures of them
+	// halt that version's rollout. A halt is a fact about a version, so it
+	// is kept here, where neither a node's deletion nor a reconciler
+	// fail-over loses it.
+	// +optional
 	RolledBackVersions []RolledBackVersion `json:"rolledBackVersions,omitempty"`
 }
 
@@ -144,11 +247,16 @@ type NodeConfigStatus struct {
 // loads: the ConfigMap version, its key and the validator, not the soak —
 // and the nodes that rolled back from it.
 type RolledBackVersion struct {
-	UID             string   `json:"uid"`
-	ResourceVersion string   `json:"resourceVersion"`
-	Key             string   `json:"key"`
-	Validator       string   `json:"validator"`
-	Nodes           []string `json:"nodes"`
+	// UID of the ConfigMap.
+	UID string `json:"uid"`
+	// ResourceVersion of the ConfigMap.
+	ResourceVersion string `json:"resourceVersion"`
+	// The ConfigMap key.
+	Key string `json:"key"`
+	// The validator the nodes used.
+	Validator string `json:"validator"`
+	// Names of the nodes that rolled back from this version.
+	Nodes []string `json:"nodes"`
 }
 
 // FromUnstructured converts an object from the dynamic client.
