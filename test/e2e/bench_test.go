@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // BenchmarkWritesPerNodePerConfigChange counts, in the API server's audit
@@ -106,7 +108,7 @@ func BenchmarkAssignmentLatency(b *testing.B) {
 					continue
 				}
 				var st corev1.NodeConfigStatus
-				if json.Unmarshal([]byte(n.Annotations["nodeconfig.io/config-status"]), &st) == nil && rv(st.Active) == next.ResourceVersion {
+				if json.Unmarshal([]byte(n.Annotations[v1alpha1.NodeAnnotationConfigStatus]), &st) == nil && rv(st.Active) == next.ResourceVersion {
 					done = true
 				}
 			case <-time.After(30 * time.Second):

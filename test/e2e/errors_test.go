@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/proc"
 )
 
@@ -130,7 +131,7 @@ func TestEarlyErrorCheckpointdUnreachableHeals(t *testing.T) {
 			return false, err
 		}
 		for _, c := range n.Status.Conditions {
-			if c.Type == "NodeConfigReady" {
+			if c.Type == v1alpha1.NodeConditionConfigReady {
 				return c.Status == corev1.ConditionUnknown && c.Reason == "CheckpointdUnavailable", nil
 			}
 		}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/proc"
 )
 
@@ -99,18 +99,8 @@ func TestFleetMaxFailuresHaltsAfterFirstRollback(t *testing.T) {
 
 func (e *env) waitNodeConfigCondition(name, typ string, status metav1.ConditionStatus, reason string, timeout time.Duration) {
 	e.t.Helper()
-	var last any
-	err := proc.WaitFor(timeout, func() (bool, error) {
-		obj, err := e.dyn.Resource(nodeConfigs).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		last = obj.Object["status"]
-		conds, _, _ := unstructuredConditions(obj.Object)
-		c := meta.FindStatusCondition(conds, typ)
-		return c != nil && c.Status == status && c.Reason == reason, nil
+	e.waitNodeConfig(name, timeout, typ+"="+string(status)+"/"+reason, func(nc *v1alpha1.NodeConfig) bool {
+		c := meta.FindStatusCondition(nc.Status.Conditions, typ)
+		return c != nil && c.Status == status && c.Reason == reason
 	})
-	if err != nil {
-		e.t.Fatalf("NodeConfig %s: no %s=%s/%s: %v (status %v)", name, typ, status, reason, err, last)
-	}
 }

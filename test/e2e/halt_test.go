@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/proc"
 )
 
@@ -114,18 +116,9 @@ func TestSwitchingBackToLastKnownGoodHealsAtOnce(t *testing.T) {
 // waitSelected waits until the NodeConfig's status counts n selected nodes.
 func (e *env) waitSelected(name string, n int64, timeout time.Duration) {
 	e.t.Helper()
-	err := proc.WaitFor(timeout, func() (bool, error) {
-		obj, err := e.dyn.Resource(nodeConfigs).Get(e.ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		status, _ := obj.Object["status"].(map[string]any)
-		got, _ := status["selected"].(int64)
-		return got == n, nil
+	e.waitNodeConfig(name, timeout, fmt.Sprintf("%d selected nodes", n), func(nc *v1alpha1.NodeConfig) bool {
+		return int64(nc.Status.Selected) == n
 	})
-	if err != nil {
-		e.t.Fatalf("NodeConfig %s never counted %d selected nodes: %v", name, n, err)
-	}
 }
 
 // resyncAndWait asks the reconciler to sync a node and waits until a sync

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -9,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/proc"
 )
 
@@ -92,11 +91,10 @@ func TestOutsideMaintenanceWindowNothingRestarts(t *testing.T) {
 	e.setSpec(map[string]any{"soakSeconds": int64(1), "rollout": map[string]any{"maxInTrial": "100%", "windows": closed}})
 	v2 := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: 22\n"})
 	st := e.waitHeld(e.label, "OutsideMaintenanceWindow", 20*time.Second)
-	next, _, _ := unstructured.NestedString(st, "nextWindow")
-	opens, err := time.Parse(time.RFC3339, next)
-	if err != nil {
-		t.Fatalf("status.nextWindow %q: %v", next, err)
+	if st.NextWindow == nil {
+		t.Fatalf("status.nextWindow is not set: %+v", st)
 	}
+	opens := st.NextWindow.Time
 	if want := now.Add(20 * time.Hour).Truncate(time.Minute); opens.Sub(want).Abs() > 2*time.Minute {
 		t.Fatalf("status.nextWindow %v, want about %v", opens, want)
 	}
@@ -136,22 +134,11 @@ func (e *env) setSpec(extra map[string]any) {
 
 // waitHeld waits until the NodeConfig's status, computed at its current
 // generation, says no trial starts for reason, and returns the status.
-func (e *env) waitHeld(name, reason string, timeout time.Duration) map[string]any {
+func (e *env) waitHeld(name, reason string, timeout time.Duration) v1alpha1.NodeConfigStatus {
 	e.t.Helper()
-	var last map[string]any
-	err := proc.WaitFor(timeout, func() (bool, error) {
-		obj, err := e.dyn.Resource(nodeConfigs).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		last, _, _ = unstructured.NestedMap(obj.Object, "status")
-		observed, _, _ := unstructured.NestedInt64(obj.Object, "status", "observedGeneration")
-		conds, _, _ := unstructuredConditions(obj.Object)
-		c := meta.FindStatusCondition(conds, "Progressing")
-		return observed == obj.GetGeneration() && c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason, nil
+	nc := e.waitNodeConfig(name, timeout, "held for "+reason+" at its generation", func(nc *v1alpha1.NodeConfig) bool {
+		c := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionProgressing)
+		return nc.Status.ObservedGeneration == nc.Generation && c != nil && c.Status == metav1.ConditionFalse && c.Reason == reason
 	})
-	if err != nil {
-		e.t.Fatalf("NodeConfig %s: not held for %s at its generation: %v (status %v)", name, reason, err, last)
-	}
-	return last
+	return nc.Status
 }

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/proc"
 )
 
@@ -256,19 +256,9 @@ func TestActiveConfigIsPromotedWhilePacingHoldsItsNode(t *testing.T) {
 // at its current generation: every node it selects was synced at it.
 func (e *env) waitObservedGeneration(name string, timeout time.Duration) {
 	e.t.Helper()
-	var observed, generation int64
-	err := proc.WaitFor(timeout, func() (bool, error) {
-		obj, err := e.dyn.Resource(nodeConfigs).Get(e.ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		observed, _, _ = unstructured.NestedInt64(obj.Object, "status", "observedGeneration")
-		generation = obj.GetGeneration()
-		return observed == generation, nil
+	e.waitNodeConfig(name, timeout, "observedGeneration at the generation", func(nc *v1alpha1.NodeConfig) bool {
+		return nc.Status.ObservedGeneration == nc.Generation
 	})
-	if err != nil {
-		e.t.Fatalf("NodeConfig %s: observedGeneration %d, generation %d: %v", name, observed, generation, err)
-	}
 }
 
 var trialUntil = regexp.MustCompile(`on trial until (\S+) \(`)

@@ -13,7 +13,7 @@ import (
 	"nodeconfig.io/test/sim"
 )
 
-// Seed 002: a periodic reconcile on a jittered interval repairs drift of
+// A periodic reconcile on a jittered interval repairs drift of
 // the materialized file, and says so with an event.
 func TestPeriodicReconcileRepairsDrift(t *testing.T) {
 	e := newEnv(t, 1)
@@ -47,7 +47,7 @@ func TestPeriodicReconcileRepairsDrift(t *testing.T) {
 	e.waitEvent("Node", n.Name, "DriftCorrected", 10*time.Second)
 }
 
-// Seed 002: an interval of 0 stops periodic reconciles once the node is up
+// An interval of 0 stops periodic reconciles once the node is up
 // to date, but a spec change still reconciles.
 func TestReconcileIntervalZeroStopsPeriodicButSpecChangeReconciles(t *testing.T) {
 	e := newEnv(t, 1)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // An invalid nodeSelector is refused by the API with the reason, and the
@@ -75,7 +76,7 @@ func TestInvalidNodeSelectorIsRefusedAndChangesNothing(t *testing.T) {
 // nodeConfig) and returns the API server's answer.
 func (e *env) tryNodeConfig(name string, spec map[string]any) error {
 	e.t.Helper()
-	client := e.dyn.Resource(nodeConfigs)
+	client := e.dyn.Resource(v1alpha1.GroupVersionResource)
 	// The reconciler writes the status meanwhile: retry on its conflicts.
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := client.Get(e.ctx, name, metav1.GetOptions{})

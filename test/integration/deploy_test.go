@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/cluster"
 	"nodeconfig.io/test/proc"
 )
@@ -141,7 +142,7 @@ func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("agent could not write its own node: %v", err)
 	}
-	if updated.Annotations["nodeconfig.io/config-status"] != "{}" {
+	if updated.Annotations[v1alpha1.NodeAnnotationConfigStatus] != "{}" {
 		t.Fatal("the status subresource dropped the annotation")
 	}
 	if _, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err == nil {

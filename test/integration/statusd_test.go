@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -18,31 +17,19 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/audit"
 	"nodeconfig.io/test/cluster"
 	"nodeconfig.io/test/proc"
 	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/testenv"
 )
 
 func startNode(t *testing.T, name string, statusdArgs ...string) *sim.Node {
 	t.Helper()
-	// Not t.TempDir(): unix socket paths must stay under 108 bytes.
-	root, err := os.MkdirTemp("", "nc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	n, err := sim.StartNode(context.Background(), cluster.Shared, root, name, nil, statusdArgs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(n.Logs())
-		}
-		n.Stop()
-		_ = cluster.Shared.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
+	root := testenv.ScratchDir(t, "nc-")
+	n := testenv.StartNode(t, cluster.Shared, root, name, sim.NodeOptions{StatusdArgs: statusdArgs})
+	t.Cleanup(func() { testenv.StopNode(t, cluster.Shared, n) })
 	return n
 }
 
@@ -55,27 +42,13 @@ func getNode(t *testing.T, name string) *corev1.Node {
 	return n
 }
 
-func condition(n *corev1.Node, typ string) *corev1.NodeCondition {
-	for i := range n.Status.Conditions {
-		if string(n.Status.Conditions[i].Type) == typ {
-			return &n.Status.Conditions[i]
-		}
-	}
-	return nil
+func waitReason(t *testing.T, node, reason string) {
+	t.Helper()
+	testenv.WaitReason(t, cluster.Shared.Client, node, reason, 20*time.Second)
 }
 
-func waitCondition(t *testing.T, node, typ, reason string) *corev1.Node {
-	t.Helper()
-	var n *corev1.Node
-	err := proc.WaitFor(20*time.Second, func() (bool, error) {
-		n = getNode(t, node)
-		c := condition(n, typ)
-		return c != nil && c.Reason == reason, fmt.Errorf("condition %s = %+v", typ, c)
-	})
-	if err != nil {
-		t.Fatalf("node %s: waiting for %s/%s: %v", node, typ, reason, err)
-	}
-	return n
+func annotation(t *testing.T, node string) string {
+	return getNode(t, node).Annotations[v1alpha1.NodeAnnotationConfigStatus]
 }
 
 func assignDirectly(t *testing.T, n *sim.Node, rv, content string) {
@@ -97,17 +70,17 @@ func assignDirectly(t *testing.T, n *sim.Node, rv, content string) {
 // The annotation and the condition follow checkpointd's records.
 func TestStatusdProjectsRecordsOntoNode(t *testing.T) {
 	n := startNode(t, "statusd-projects")
-	waitCondition(t, n.Name, "NodeConfigReady", "LocalDefault")
+	waitReason(t, n.Name, "LocalDefault")
 	if err := proc.WaitFor(10*time.Second, func() (bool, error) {
-		return getNode(t, n.Name).Annotations["nodeconfig.io/config-status"] == "{}", nil
+		return annotation(t, n.Name) == "{}", nil
 	}); err != nil {
 		t.Fatalf("annotation with nothing assigned is not {}: %v", err)
 	}
 	assignDirectly(t, n, "7", "a: 1\n")
-	waitCondition(t, n.Name, "NodeConfigReady", "Soaking")
+	waitReason(t, n.Name, "Soaking")
 	var st corev1.NodeConfigStatus
 	err := proc.WaitFor(10*time.Second, func() (bool, error) {
-		err := json.Unmarshal([]byte(getNode(t, n.Name).Annotations["nodeconfig.io/config-status"]), &st)
+		err := json.Unmarshal([]byte(annotation(t, n.Name)), &st)
 		return err == nil && st.Active != nil && st.Active.ConfigMap.ResourceVersion == "7" && st.Assigned.ConfigMap.KubeletConfigKey == "config.yaml", err
 	})
 	if err != nil {
@@ -122,7 +95,7 @@ func TestStatusdSendsNoPatchWhenNothingChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := startNode(t, "statusd-quiet", "--sync-period", "20ms", "--metrics-addr", metrics)
-	waitCondition(t, n.Name, "NodeConfigReady", "LocalDefault")
+	waitReason(t, n.Name, "LocalDefault")
 	skippedBefore := metric(t, metrics, "nodeconfig_statusd_patches_skipped_total")
 	patchesBefore := countPatches(t, n.Name)
 	if err := proc.WaitFor(30*time.Second, func() (bool, error) {
@@ -142,13 +115,13 @@ func TestStatusdSendsNoPatchWhenNothingChanged(t *testing.T) {
 // conditions survive every patch. Reported conditions appear too.
 func TestStatusdLeavesOtherConditionsAndAppliesReports(t *testing.T) {
 	n := startNode(t, "statusd-neighbours")
-	waitCondition(t, n.Name, "NodeConfigReady", "LocalDefault")
+	waitReason(t, n.Name, "LocalDefault")
 	patch := []byte(`{"status":{"conditions":[{"type":"KernelDeadlock","status":"False","reason":"KernelHasNoDeadlock","message":"npd"}]}}`)
 	if _, err := cluster.Shared.Client.CoreV1().Nodes().Patch(context.Background(), n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
 	assignDirectly(t, n, "1", "a: 1\n")
-	waitCondition(t, n.Name, "NodeConfigReady", "Soaking")
+	waitReason(t, n.Name, "Soaking")
 	conn, err := sim.Dial("unix://" + n.StatusdSocket)
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +134,14 @@ func TestStatusdLeavesOtherConditionsAndAppliesReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := waitCondition(t, n.Name, "GPUHealthy", "AllGPUsOk")
+	var node *corev1.Node
+	if err := proc.WaitFor(20*time.Second, func() (bool, error) {
+		node = getNode(t, n.Name)
+		c := condition(node, "GPUHealthy")
+		return c != nil && c.Reason == "AllGPUsOk", fmt.Errorf("condition GPUHealthy = %+v", c)
+	}); err != nil {
+		t.Fatalf("the reported condition never reached the Node: %v", err)
+	}
 	if c := condition(node, "KernelDeadlock"); c == nil || c.Reason != "KernelHasNoDeadlock" {
 		t.Fatalf("another component's condition was lost: %+v", node.Status.Conditions)
 	}
@@ -181,7 +161,7 @@ func TestStatusdLeavesOtherConditionsAndAppliesReports(t *testing.T) {
 // comes back, and nothing stale overwrites it.
 func TestStatusdCatchesUpAfterAPIServerRestart(t *testing.T) {
 	n := startNode(t, "statusd-outage")
-	waitCondition(t, n.Name, "NodeConfigReady", "LocalDefault")
+	waitReason(t, n.Name, "LocalDefault")
 	c := cluster.Shared
 	c.APIServer.Kill()
 	assignDirectly(t, n, "1", "a: 1\n")
@@ -192,15 +172,24 @@ func TestStatusdCatchesUpAfterAPIServerRestart(t *testing.T) {
 	if err := c.WaitReady(context.Background(), 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, n.Name, "NodeConfigReady", "RolledBack")
+	waitReason(t, n.Name, "RolledBack")
 	var st corev1.NodeConfigStatus
 	err := proc.WaitFor(10*time.Second, func() (bool, error) {
-		err := json.Unmarshal([]byte(getNode(t, n.Name).Annotations["nodeconfig.io/config-status"]), &st)
+		err := json.Unmarshal([]byte(annotation(t, n.Name)), &st)
 		return err == nil && st.Assigned != nil && st.Assigned.ConfigMap.ResourceVersion == "2" && st.Error != "", err
 	})
 	if err != nil {
 		t.Fatalf("annotation after the outage = %+v, want the newest state: %v", st, err)
 	}
+}
+
+func condition(n *corev1.Node, typ string) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if string(n.Status.Conditions[i].Type) == typ {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 func countPatches(t *testing.T, node string) int {

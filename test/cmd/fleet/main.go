@@ -40,7 +40,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -49,19 +48,19 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	checkpointd "nodeconfig.io/services/checkpointd/server"
 	"nodeconfig.io/services/servekit/authn"
 	statusd "nodeconfig.io/services/statusd/server"
-	"nodeconfig.io/test/audit"
 	"nodeconfig.io/test/agenttls"
+	"nodeconfig.io/test/audit"
 	"nodeconfig.io/test/cluster"
 	"nodeconfig.io/test/proc"
 )
 
 const (
-	statusAnnotation = "nodeconfig.io/config-status"
-	namespace        = "fleet"
-	label            = "nodeconfig.io/fleet"
+	namespace = "fleet"
+	label     = "nodeconfig.io/fleet"
 )
 
 func main() {
@@ -250,8 +249,7 @@ func configMap(v int) *corev1.ConfigMap {
 }
 
 func createNodeConfig(ctx context.Context, dyn dynamic.Interface) error {
-	gvr := schema.GroupVersionResource{Group: "nodeconfig.io", Version: "v1alpha1", Resource: "nodeconfigs"}
-	_, err := dyn.Resource(gvr).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+	_, err := dyn.Resource(v1alpha1.GroupVersionResource).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "nodeconfig.io/v1alpha1", "kind": "NodeConfig",
 		"metadata": map[string]any{"name": "fleet"},
 		"spec": map[string]any{
@@ -543,7 +541,7 @@ func (w *activeWatch) run(ctx context.Context) {
 		if !ok {
 			return
 		}
-		raw, ok := node.Annotations[statusAnnotation]
+		raw, ok := node.Annotations[v1alpha1.NodeAnnotationConfigStatus]
 		if !ok {
 			return
 		}

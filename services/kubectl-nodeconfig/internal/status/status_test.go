@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
 )
@@ -43,10 +44,10 @@ func testNode(name, pool, annotation string, reason, status string) corev1.Node 
 		n.Labels["pool"] = pool
 	}
 	if annotation != "" {
-		n.Annotations = map[string]string{"nodeconfig.io/config-status": annotation}
+		n.Annotations = map[string]string{v1alpha1.NodeAnnotationConfigStatus: annotation}
 	}
 	if reason != "" {
-		n.Status.Conditions = []corev1.NodeCondition{{Type: "NodeConfigReady", Status: corev1.ConditionStatus(status), Reason: reason, Message: "msg of " + name}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: v1alpha1.NodeConditionConfigReady, Status: corev1.ConditionStatus(status), Reason: reason, Message: "msg of " + name}}
 	}
 	return n
 }

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
 )
@@ -46,10 +47,10 @@ func demo(conds ...metav1.Condition) nodeconfigs.NodeConfig {
 func testNode(annotation, reason, status string) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0", Labels: map[string]string{"pool": "a"}}}
 	if annotation != "" {
-		n.Annotations = map[string]string{"nodeconfig.io/config-status": annotation}
+		n.Annotations = map[string]string{v1alpha1.NodeAnnotationConfigStatus: annotation}
 	}
 	if reason != "" {
-		n.Status.Conditions = []corev1.NodeCondition{{Type: "NodeConfigReady", Status: corev1.ConditionStatus(status), Reason: reason,
+		n.Status.Conditions = []corev1.NodeCondition{{Type: v1alpha1.NodeConditionConfigReady, Status: corev1.ConditionStatus(status), Reason: reason,
 			Message: "the node's message.", LastTransitionTime: metav1.NewTime(now.Add(-2 * time.Minute))}}
 	}
 	return n

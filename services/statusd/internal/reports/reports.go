@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/servekit/atomicfile"
 )
 
@@ -26,7 +27,7 @@ var ErrInvalid = errors.New("invalid report")
 // Reserved condition types belong to the kubelet or to statusd itself.
 var Reserved = map[string]bool{
 	"Ready": true, "MemoryPressure": true, "DiskPressure": true, "PIDPressure": true,
-	"NetworkUnavailable": true, "NodeConfigReady": true,
+	"NetworkUnavailable": true, v1alpha1.NodeConditionConfigReady: true,
 }
 
 // MaxReporters caps distinct reporter names so a caller cannot grow the

@@ -11,19 +11,26 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/nodeview"
 	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/testenv"
 )
 
-func (e *env) use(name, cmName string, extra map[string]any) {
+// status reads a node's NodeConfigStatus annotation, as users see it.
+func (e *env) status(node string) (corev1.NodeConfigStatus, *corev1.NodeCondition, error) {
+	return nodeview.Read(e.ctx, e.c.Client, node)
+}
+
+// waitNode waits until check accepts the node's status and condition.
+func (e *env) waitNode(node string, timeout time.Duration, what string, check func(st corev1.NodeConfigStatus, cond *corev1.NodeCondition) bool) {
 	e.t.Helper()
-	spec := map[string]any{
-		"source":      map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": cmName, "key": "config.yaml"}},
-		"soakSeconds": int64(2),
-	}
-	for k, v := range extra {
-		spec[k] = v
-	}
-	e.nodeConfig(name, spec, nil)
+	testenv.WaitNode(e.t, e.c.Client, node, timeout, what, check)
+}
+
+func rv(src *corev1.NodeConfigSource) string { return nodeview.ResourceVersion(src) }
+
+func reasonIs(cond *corev1.NodeCondition, reason string) bool {
+	return cond != nil && cond.Reason == reason
 }
 
 func (e *env) records(i int) *nodeconfigv1.Records {
@@ -79,24 +86,4 @@ func (e *env) waitEvent(kind, name, reason string, timeout time.Duration) {
 	if err != nil {
 		e.t.Fatalf("no %s event on %s %s: %v", reason, kind, name, err)
 	}
-}
-
-func unstructuredConditions(obj map[string]any) ([]metav1.Condition, bool, error) {
-	status, _ := obj["status"].(map[string]any)
-	raw, ok := status["conditions"].([]any)
-	if !ok {
-		return nil, false, nil
-	}
-	var out []metav1.Condition
-	for _, r := range raw {
-		m, _ := r.(map[string]any)
-		c := metav1.Condition{}
-		c.Type, _ = m["type"].(string)
-		s, _ := m["status"].(string)
-		c.Status = metav1.ConditionStatus(s)
-		c.Reason, _ = m["reason"].(string)
-		c.Message, _ = m["message"].(string)
-		out = append(out, c)
-	}
-	return out, true, nil
 }

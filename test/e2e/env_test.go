@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/dynamic"
+
+	"nodeconfig.io/test/cluster"
+	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/testenv"
+)
+
+// env is one test's world: its own nodes (labelled with the test's name),
+// its own namespace for ConfigMaps, and a reconciler.
+type env struct {
+	t          testing.TB
+	ctx        context.Context
+	c          *cluster.Cluster
+	root       string
+	ns         string
+	label      string
+	nodes      []*sim.Node
+	reconciler *sim.Reconciler
+	dyn        dynamic.Interface
+}
+
+// newEnv starts n nodes and a reconciler. Node names and the selector label
+// are unique per test, so tests do not see each other's nodes.
+func newEnv(t testing.TB, n int, reconcilerArgs ...string) *env {
+	t.Helper()
+	e := newNodes(t, n, func(int) sim.NodeOptions { return sim.NodeOptions{} })
+	e.startReconciler("r0", reconcilerArgs...)
+	return e
+}
+
+// newNodes starts n nodes with the given options and no reconciler.
+func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	c := cluster.Shared
+	short := strings.ToLower(strings.NewReplacer("_", "-", "/", "-").Replace(t.Name()))
+	if len(short) > 40 {
+		short = short[len(short)-40:]
+	}
+	short = strings.Trim(short, "-")
+	root := testenv.ScratchDir(t, "e2e-")
+	dyn, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: ctx, c: c, root: root, ns: short, label: short, dyn: dyn}
+	if err := sim.EnsureNamespace(ctx, c, e.ns); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		o := options(i)
+		o.Labels = map[string]string{"e2e": short}
+		e.nodes = append(e.nodes, testenv.StartNode(t, c, root, fmt.Sprintf("%s-%d", short, i), o))
+	}
+	t.Cleanup(func() {
+		if t.Failed() && e.reconciler != nil {
+			t.Logf("--- reconciler\n%s", e.reconciler.Tail(6000))
+		}
+		if e.reconciler != nil {
+			e.reconciler.Close()
+		}
+		for _, node := range e.nodes {
+			testenv.StopNode(t, c, node)
+		}
+		// Binaries built with -race (make test's race pass) report here.
+		if report := raceReport(root); report != "" {
+			t.Errorf("a service of this test hit a data race:\n%s", report)
+		}
+	})
+	return e
+}
+
+// raceReport returns the first race detector report in the logs under
+// root, "" if there is none.
+func raceReport(root string) string {
+	var report string
+	_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") || report != "" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		if i := strings.Index(string(b), "WARNING: DATA RACE"); i >= 0 {
+			report = path + ":\n" + string(b[i:min(len(b), i+4000)])
+		}
+		return nil
+	})
+	return report
+}
+
+func (e *env) startReconciler(identity string, args ...string) *sim.Reconciler {
+	e.t.Helper()
+	// Each test has its own lease so that reconcilers of other tests never
+	// compete with this one. The suite drives the nodes' own validation
+	// (rollbacks, halts), which the reconciler's central validation would
+	// pre-empt: it is on only where a test asks for it
+	// (TestCentralValidationRefusesBeforeAnyNode).
+	args = append([]string{"--leader-elect-name", "nc-" + e.label, "--leader-elect-lease-duration", "4s",
+		"--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms", "--node-validation-only"}, args...)
+	r, err := sim.StartReconciler(e.ctx, e.c, e.root, identity, args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if e.reconciler == nil {
+		e.reconciler = r
+	}
+	return r
+}

@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/test/proc"
+)
+
+// configMap creates or updates a ConfigMap and returns it.
+func (e *env) configMap(name string, data map[string]string) *corev1.ConfigMap {
+	e.t.Helper()
+	cms := e.c.Client.CoreV1().ConfigMaps(e.ns)
+	cm, err := cms.Get(e.ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		cm, err = cms.Create(e.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}, metav1.CreateOptions{})
+	} else if err == nil {
+		cm.Data = data
+		cm, err = cms.Update(e.ctx, cm, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cm
+}
+
+// nodeConfig creates or replaces the test's NodeConfig.
+func (e *env) nodeConfig(name string, spec map[string]any, annotations map[string]string) {
+	e.t.Helper()
+	if spec["nodeSelector"] == nil {
+		spec["nodeSelector"] = map[string]any{"matchLabels": map[string]any{"e2e": e.label}}
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "nodeconfig.io/v1alpha1", "kind": "NodeConfig",
+		"metadata": map[string]any{"name": name},
+		"spec":     spec,
+	}}
+	if annotations != nil {
+		obj.SetAnnotations(annotations)
+	}
+	client := e.dyn.Resource(v1alpha1.GroupVersionResource)
+	cur, err := client.Get(e.ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = client.Create(e.ctx, obj, metav1.CreateOptions{})
+	} else if err == nil {
+		obj.SetResourceVersion(cur.GetResourceVersion())
+		obj.SetFinalizers(cur.GetFinalizers())
+		_, err = client.Update(e.ctx, obj, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { e.deleteNodeConfigAndWait(name) })
+}
+
+func (e *env) use(name, cmName string, extra map[string]any) {
+	e.t.Helper()
+	spec := map[string]any{
+		"source":      map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": cmName, "key": "config.yaml"}},
+		"soakSeconds": int64(2),
+	}
+	for k, v := range extra {
+		spec[k] = v
+	}
+	e.nodeConfig(name, spec, nil)
+}
+
+func (e *env) deleteNodeConfigAndWait(name string) {
+	client := e.dyn.Resource(v1alpha1.GroupVersionResource)
+	if err := client.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Errorf("delete NodeConfig %s: %v", name, err)
+		return
+	}
+	err := proc.WaitFor(30*time.Second, func() (bool, error) {
+		_, err := client.Get(context.Background(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), err
+	})
+	if err != nil {
+		e.t.Errorf("NodeConfig %s not gone: %v", name, err)
+	}
+}
+
+// nodeConfigNow reads the NodeConfig as the API server has it.
+func (e *env) nodeConfigNow(name string) (*v1alpha1.NodeConfig, error) {
+	obj, err := e.dyn.Resource(v1alpha1.GroupVersionResource).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return v1alpha1.FromUnstructured(obj.Object)
+}
+
+// waitNodeConfig waits until check accepts the NodeConfig, and fails the
+// test with its last status when timeout passes first.
+func (e *env) waitNodeConfig(name string, timeout time.Duration, what string, check func(nc *v1alpha1.NodeConfig) bool) *v1alpha1.NodeConfig {
+	e.t.Helper()
+	var last *v1alpha1.NodeConfig
+	err := proc.WaitFor(timeout, func() (bool, error) {
+		nc, err := e.nodeConfigNow(name)
+		if err != nil {
+			return false, err
+		}
+		last = nc
+		return check(nc), nil
+	})
+	if err != nil {
+		var status any
+		if last != nil {
+			status = last.Status
+		}
+		e.t.Fatalf("NodeConfig %s: waiting for %s: %v (status %+v)", name, what, err, status)
+	}
+	return last
+}
