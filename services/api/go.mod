@@ -2,7 +2,10 @@ module nodeconfig.io/services/api
 
 go 1.26.0
 
-require k8s.io/apimachinery v0.36.3
+require (
+	k8s.io/apimachinery v0.36.3
+	sigs.k8s.io/yaml v1.6.0
+)
 
 require (
 	github.com/fxamacker/cbor/v2 v2.9.0 // indirect

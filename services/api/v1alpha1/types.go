@@ -20,6 +20,11 @@ const (
 	NodeConditionConfigReady = "NodeConfigReady"
 )
 
+// DefaultSoakSeconds is the soak of a NodeConfig that sets none: long enough
+// for a config to meet a node's daily load before it becomes last-known-good.
+// The CRD's default marker on spec.soakSeconds repeats it (a test checks).
+const DefaultSoakSeconds = 600
+
 // Annotations users set on a NodeConfig.
 const (
 	// AnnotationReconcileInterval is the mean periodic reconcile interval in
