@@ -67,7 +67,7 @@ func testSelectorChangeResetsArePaced(t *testing.T, newSource bool) {
 		nc.Spec.Source = &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: "ns", Name: "cfg2", Key: "k"}}
 	}
 	f.setNodeConfig(nc)
-	f.c.nodesVersion.Add(1)
+	f.c.nodesChanged()
 	resets := func() (out []string) {
 		for _, n := range names {
 			if agents[n].records().GetLastReset() != nil {

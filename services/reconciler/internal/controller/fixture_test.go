@@ -74,7 +74,7 @@ func (f *fixture) addNode(name string, labels map[string]string) *fakeAgent {
 	if err := f.nodes.Add(n); err != nil {
 		f.t.Fatal(err)
 	}
-	f.c.nodesVersion.Add(1)
+	f.c.nodesChanged()
 	a := &fakeAgent{recs: &nodeconfigv1.Records{}, checkpoints: map[string]bool{}, now: func() time.Time { return f.now }}
 	f.agents.mu.Lock()
 	f.agents.agents[name] = a

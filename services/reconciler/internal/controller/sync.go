@@ -15,7 +15,6 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/services/reconciler/internal/pacing"
 	"nodeconfig.io/services/reconciler/internal/policy"
 )
 
@@ -23,6 +22,8 @@ import (
 // state close together.
 const statusCoalesce = time.Second
 
+// validators maps a NodeConfig's spec.validator to checkpointd's; empty
+// means YAML.
 var validators = map[string]nodeconfigv1.Validator{
 	"":        nodeconfigv1.Validator_VALIDATOR_YAML,
 	"yaml":    nodeconfigv1.Validator_VALIDATOR_YAML,
@@ -44,95 +45,131 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	ncs, err := c.nodeConfigs()
+	m, err := c.matching(node)
 	if err != nil {
 		return 0, err
 	}
-	var matches []*v1alpha1.NodeConfig
-	invalidSelector := false
-	for _, nc := range ncs {
-		if nc.DeletionTimestamp == nil && c.selectorErr(nc) != nil {
-			invalidSelector = true
-		}
-		if c.selects(nc, node) {
-			matches = append(matches, nc)
-		}
-	}
-
-	// A NodeConfig being deleted yields to a live one; among the deleting
-	// ones, any abandon policy wins over a reset.
-	var live, deleting []*v1alpha1.NodeConfig
-	for _, m := range matches {
-		if m.DeletionTimestamp != nil {
-			deleting = append(deleting, m)
-		} else {
-			live = append(live, m)
-		}
-	}
-	var nc *v1alpha1.NodeConfig
-	d := policy.Desired{Mode: policy.ModeReset}
-	conflict := len(live) > 1
-	switch {
-	case conflict:
-		// No change on the node; each NodeConfig reports the conflict.
-		d.Mode = policy.ModeLeave
-		for _, m := range live {
-			c.ncQ.Add(m.Name)
-		}
-	case len(live) == 1:
-		nc = live[0]
-		if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil {
-			break
-		}
-		if err := c.clearAbandoned(ctx, node); err != nil {
-			return 0, err
-		}
-		d = c.desiredFor(nc, node)
-	case len(deleting) > 0:
-		nc = deleting[0]
-		for _, m := range deleting {
-			if m.Annotations[v1alpha1.AnnotationDeletionPolicy] == v1alpha1.DeletionPolicyAbandon {
-				nc, d.Mode = m, policy.ModeLeave
-			}
-		}
-	case invalidSelector:
-		// A NodeConfig whose selector does not parse may be the one this
-		// node belongs to: leave the node as it is rather than reset it;
-		// the NodeConfig reports its error.
-		d.Mode = policy.ModeLeave
-	default:
-		if node.Annotations[v1alpha1.AnnotationAbandoned] != "" {
-			d.Mode = policy.ModeLeave
-		}
-		d.Depart = c.departFor(name)
-	}
-
-	agent, release, err := c.o.Agents.For(name)
-	var res policy.Result
+	nc, d, err := c.desired(ctx, node, m)
 	if err != nil {
-		res = policy.Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Err: fmt.Errorf("%s: %w", policy.ReasonAgentUnavailable, err)}
-	} else {
-		rpcCtx, cancel := context.WithTimeout(ctx, c.o.RPCTimeout)
-		res = policy.Sync(rpcCtx, agent, d, c.o.Now())
-		cancel()
-		release()
+		return 0, err
 	}
-	if conflict {
+	res := c.callAgent(ctx, name, d)
+	if m.conflict() {
 		res.State = nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT
 	}
-	if res.Err != nil {
-		// One Warning per node per distinct early error, not per retry.
-		if prev, ok := c.NodeInfo(name); !ok || prev.Err != res.Err.Error() {
-			res.Events = append(res.Events, policy.Event{Warning: true, Reason: policy.EventFailed, Message: res.Err.Error() + "; retrying with backoff, nothing rolled back"})
-		}
-	}
+	c.warnOnNewError(name, &res)
 	c.emit(node, nc, res.Events)
-	next := c.record(node, nc, res, live)
+	next := c.record(node, nc, res, m.live)
 	if res.Err != nil {
 		c.o.Log.Info("node sync failed; retrying with backoff", "node", name, "err", res.Err, "retry_in", next)
 		return next, res.Err
 	}
 	return next, nil
+}
+
+// matches are the NodeConfigs that select one node.
+type matches struct {
+	live, deleting []*v1alpha1.NodeConfig
+	// invalidSelector says a live NodeConfig's selector does not parse:
+	// it may be the one the node belongs to.
+	invalidSelector bool
+}
+
+// conflict says more than one live NodeConfig selects the node.
+func (m matches) conflict() bool { return len(m.live) > 1 }
+
+// matching sorts the NodeConfigs that select node into live and deleting
+// ones, by name.
+func (c *Controller) matching(node *corev1.Node) (matches, error) {
+	ncs, err := c.nodeConfigs()
+	if err != nil {
+		return matches{}, err
+	}
+	var m matches
+	for _, nc := range ncs {
+		if nc.DeletionTimestamp == nil && c.selectorErr(nc) != nil {
+			m.invalidSelector = true
+		}
+		if !c.selects(nc, node) {
+			continue
+		}
+		if nc.DeletionTimestamp != nil {
+			m.deleting = append(m.deleting, nc)
+		} else {
+			m.live = append(m.live, nc)
+		}
+	}
+	return m, nil
+}
+
+// desired picks the NodeConfig the node follows (nil: none) and what the
+// policy is to do with the node. A NodeConfig being deleted yields to a
+// live one; among the deleting ones, any abandon policy wins over a reset.
+func (c *Controller) desired(ctx context.Context, node *corev1.Node, m matches) (*v1alpha1.NodeConfig, policy.Desired, error) {
+	reset := policy.Desired{Mode: policy.ModeReset}
+	leave := policy.Desired{Mode: policy.ModeLeave}
+	switch {
+	case m.conflict():
+		// No change on the node; each NodeConfig reports the conflict.
+		for _, nc := range m.live {
+			c.ncQ.Add(nc.Name)
+		}
+		return nil, leave, nil
+	case len(m.live) == 1:
+		nc := m.live[0]
+		if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil {
+			return nc, reset, nil
+		}
+		if err := c.clearAbandoned(ctx, node); err != nil {
+			return nil, policy.Desired{}, err
+		}
+		return nc, c.desiredFor(nc, node), nil
+	case len(m.deleting) > 0:
+		nc, d := m.deleting[0], reset
+		for _, deleting := range m.deleting {
+			if deleting.Annotations[v1alpha1.AnnotationDeletionPolicy] == v1alpha1.DeletionPolicyAbandon {
+				nc, d = deleting, leave
+			}
+		}
+		return nc, d, nil
+	case m.invalidSelector:
+		// A NodeConfig whose selector does not parse may be the one this
+		// node belongs to: leave the node as it is rather than reset it;
+		// the NodeConfig reports its error.
+		return nil, leave, nil
+	default:
+		d := reset
+		if node.Annotations[v1alpha1.AnnotationAbandoned] != "" {
+			d = leave
+		}
+		d.Depart = c.departFor(node.Name)
+		return nil, d, nil
+	}
+}
+
+// callAgent runs the policy against the node's checkpointd; an agent that
+// cannot be reached fails the sync early, with nothing changed.
+func (c *Controller) callAgent(ctx context.Context, name string, d policy.Desired) policy.Result {
+	agent, release, err := c.o.Agents.For(name)
+	if err != nil {
+		return policy.Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Err: fmt.Errorf("%s: %w", policy.ReasonAgentUnavailable, err)}
+	}
+	defer release()
+	rpcCtx, cancel := context.WithTimeout(ctx, c.o.RPCTimeout)
+	defer cancel()
+	return policy.Sync(rpcCtx, agent, d, c.o.Now())
+}
+
+// warnOnNewError adds a Warning for an early error the node did not have
+// at its last sync: one per node per distinct error, not one per retry.
+func (c *Controller) warnOnNewError(name string, res *policy.Result) {
+	if res.Err == nil {
+		return
+	}
+	if prev, ok := c.NodeInfo(name); ok && prev.Err == res.Err.Error() {
+		return
+	}
+	res.Events = append(res.Events, policy.Event{Warning: true, Reason: policy.EventFailed, Message: res.Err.Error() + "; retrying with backoff, nothing rolled back"})
 }
 
 // pinned resolves a ConfigMap key from the cache only (the ConfigMap's add
@@ -181,71 +218,6 @@ func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) poli
 	return d
 }
 
-// pace applies the NodeConfig's rollout limits to one node and one version.
-// The count and the reservation happen under one lock, so two workers can
-// never both take the last place in the trial.
-func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func() policy.Admission {
-	return func() policy.Admission {
-		seen := c.everyNodeSeen(node)
-		selected := c.selectedNodes(nc)
-		held := c.trialsHeld(nc)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		// Nodes leaving nc share its trial (see depart.go).
-		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected)+len(c.departing[nc.Name]))
-		// Counted before the wait for unseen nodes: a halt is durable and
-		// holds whatever the nodes not seen yet say.
-		if pacing.Halted(c.haltCountLocked(nc, v), pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)) {
-			return policy.Halted
-		}
-		if held.reason != "" {
-			return policy.Wait
-		}
-		if !seen {
-			// A node not synced since this reconciler started may be soaking
-			// a reset that left nc.
-			return policy.Wait
-		}
-		inTrial := c.departuresInTrialLocked(nc.Name, node) + c.onTrialLocked(nc.Name, node)
-		if inTrial >= limit {
-			return policy.Wait
-		}
-		info := c.infoLocked(node)
-		info.Admitted, info.AdmittedFor = true, nc.Name
-		c.reindexLocked(info)
-		return policy.Admitted
-	}
-}
-
-// selectedNodes names the nodes nc selects; callers must not modify the
-// slice. Admission asks on every node sync, so the answer is kept until a
-// Node comes, goes or is relabelled (listing all nodes per sync was half
-// the reconciler's CPU at 5,000 nodes).
-func (c *Controller) selectedNodes(nc *v1alpha1.NodeConfig) []string {
-	version := c.nodesVersion.Load() // before listing: a change during it makes the entry stale
-	c.selMu.Lock()
-	e := c.selectionLocked(nc)
-	if e.listed && e.version == version {
-		names := e.names
-		c.selMu.Unlock()
-		return names
-	}
-	sel := e.selector
-	c.selMu.Unlock()
-	nodes, err := c.o.Nodes.List(sel)
-	if err != nil {
-		return nil
-	}
-	names := make([]string, 0, len(nodes))
-	for _, n := range nodes {
-		names = append(names, n.Name)
-	}
-	c.selMu.Lock()
-	e.listed, e.version, e.names = true, version, names
-	c.selMu.Unlock()
-	return names
-}
-
 // record stores the sync's outcome and returns when to look again; after
 // an early error, that is the rate limiter's next delay.
 func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res policy.Result, selectedBy []*v1alpha1.NodeConfig) time.Duration {
@@ -256,12 +228,48 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 	c.mu.Lock()
 	info := c.infoLocked(node.Name)
 	prevState, prevNC := info.State, info.NodeConfig
+	newGeneration := noteGenerations(info, selectedBy)
+	c.noteResultLocked(info, nc, res)
+	next := c.scheduleLocked(info, nc, res)
+	curNC := info.NodeConfig
+	changed := prevState != info.State || prevNC != curNC
+	freed := c.departureAfterSyncLocked(info, nc, leaving)
+	c.mu.Unlock()
+
+	if freed != "" {
+		c.wakeWaiting(freed)
+	}
+	if newGeneration {
+		// The NodeConfigs may now observe their generation.
+		for _, m := range selectedBy {
+			c.queueStatus(m.Name)
+		}
+	}
+	if changed {
+		c.queueStatus(prevNC, curNC)
+		if prevState == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING && nc != nil {
+			c.wakeWaiting(nc.Name)
+		}
+	}
+	return next
+}
+
+// noteGenerations stores, per NodeConfig selecting the node, the
+// generation the sync was computed for, and says whether any changed.
+func noteGenerations(info *NodeInfo, selectedBy []*v1alpha1.NodeConfig) (changed bool) {
 	generations := make(map[types.UID]int64, len(selectedBy))
 	for _, m := range selectedBy {
 		generations[m.UID] = m.Generation
 	}
-	newGeneration := !maps.Equal(generations, info.Generations)
+	changed = !maps.Equal(generations, info.Generations)
 	info.Generations = generations
+	return changed
+}
+
+// noteResultLocked stores the sync's state, records, NodeConfig and error
+// (with the retry delay the rate limiter takes for it), and ends the trial
+// of a node no longer on one.
+func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, res policy.Result) {
 	info.State = res.State
 	if res.Records != nil {
 		info.Records = res.Records
@@ -272,8 +280,8 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 	}
 	if res.Err != nil {
 		info.Err = res.Err.Error()
-		info.Backoff = c.nodeRetry.When(node.Name)
-		info.Failures = c.nodeRetry.NumRequeues(node.Name)
+		info.Backoff = c.nodeRetry.When(info.Name)
+		info.Failures = c.nodeRetry.NumRequeues(info.Name)
 		info.NextReconcile = c.o.Now().Add(info.Backoff)
 	} else {
 		info.Err, info.Failures, info.Backoff = "", 0, 0
@@ -286,75 +294,43 @@ func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res poli
 		info.Admitted, info.AdmittedFor = false, ""
 	}
 	c.reindexLocked(info)
-	next := info.Backoff
-	if res.Err == nil {
-		switch {
-		case res.RequeueAfter > 0:
-			next = res.RequeueAfter
-		case res.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING:
-			// Woken when a trial ends; this is only a safety net.
-			next = 30 * time.Second
-		default:
-			if iv := reconcileInterval(nc); iv > 0 {
-				next = wait.Jitter(iv/2, 2) // 0.5x to 1.5x the mean
-			}
-		}
-		if next > 0 {
-			info.NextReconcile = c.o.Now().Add(next)
-		} else {
-			info.NextReconcile = time.Time{}
-		}
-	}
-	changed := prevState != info.State || prevNC != info.NodeConfig
-	freed := c.departureAfterSyncLocked(info, nc, leaving)
-	c.mu.Unlock()
+}
 
-	if freed != "" {
-		c.wakeWaiting(freed)
+// scheduleLocked says when to sync the node again, and notes it: after an
+// early error, the backoff noteResultLocked took; otherwise when the
+// policy asks, or the NodeConfig's periodic reconcile.
+func (c *Controller) scheduleLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, res policy.Result) time.Duration {
+	if res.Err != nil {
+		return info.Backoff
 	}
-
-	if newGeneration {
-		// The NodeConfigs may now observe their generation.
-		for _, m := range selectedBy {
-			c.ncQ.AddAfter(m.Name, statusCoalesce)
+	var next time.Duration
+	switch {
+	case res.RequeueAfter > 0:
+		next = res.RequeueAfter
+	case res.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING:
+		// Woken when a trial ends; this is only a safety net.
+		next = 30 * time.Second
+	default:
+		if iv := reconcileInterval(nc); iv > 0 {
+			next = wait.Jitter(iv/2, 2) // 0.5x to 1.5x the mean
 		}
 	}
-	if changed {
-		for _, name := range []string{prevNC, info.NodeConfig} {
-			if name != "" {
-				// Node changes within a second share one status write.
-				c.ncQ.AddAfter(name, statusCoalesce)
-			}
-		}
-		if prevState == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING && nc != nil {
-			c.wakeWaiting(nc.Name)
-		}
+	if next > 0 {
+		info.NextReconcile = c.o.Now().Add(next)
+	} else {
+		info.NextReconcile = time.Time{}
 	}
 	return next
 }
 
-// wakeWaiting enqueues the nodes pacing held back, now that a slot is free.
-func (c *Controller) wakeWaiting(ncName string) {
-	c.mu.Lock()
-	var waiting []string
-	for name, n := range c.nodes {
-		if (n.NodeConfig == ncName || n.DepartingFrom == ncName) && n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING {
-			waiting = append(waiting, name)
+// queueStatus queues a status write of each named NodeConfig; node
+// changes within statusCoalesce share one write.
+func (c *Controller) queueStatus(ncNames ...string) {
+	for _, name := range ncNames {
+		if name != "" {
+			c.ncQ.AddAfter(name, statusCoalesce)
 		}
 	}
-	c.mu.Unlock()
-	for _, name := range waiting {
-		c.nodeQ.Add(name)
-	}
-}
-
-func (c *Controller) infoLocked(name string) *NodeInfo {
-	info := c.nodes[name]
-	if info == nil {
-		info = &NodeInfo{Name: name}
-		c.nodes[name] = info
-	}
-	return info
 }
 
 func (c *Controller) forgetNode(name string) {

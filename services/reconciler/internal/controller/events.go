@@ -1,0 +1,44 @@
+package controller
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/policy"
+)
+
+// nodeRef and nodeConfigRef are the objects Events are recorded on.
+func nodeRef(node *corev1.Node) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}
+}
+
+func nodeConfigRef(nc *v1alpha1.NodeConfig) *corev1.ObjectReference {
+	return &corev1.ObjectReference{Kind: "NodeConfig", APIVersion: "nodeconfig.io/v1alpha1", Name: nc.Name, UID: nc.UID}
+}
+
+// emit counts promotions and rollbacks and records a node's events:
+// warnings always, on the Node and its NodeConfig; Normal ones on the Node
+// only with NormalNodeEvents, as its condition and annotation already show
+// them.
+func (c *Controller) emit(node *corev1.Node, nc *v1alpha1.NodeConfig, events []policy.Event) {
+	for _, e := range events {
+		typ := corev1.EventTypeNormal
+		if e.Warning {
+			typ = corev1.EventTypeWarning
+		}
+		switch e.Reason {
+		case policy.EventPromoted:
+			c.metrics.promotions.Inc()
+		case policy.EventRolledBack:
+			c.metrics.rollbacks.Inc()
+		}
+		if c.o.Recorder == nil || (!e.Warning && !c.o.NormalNodeEvents) {
+			continue
+		}
+		c.o.Recorder.Event(nodeRef(node), typ, e.Reason, e.Message)
+		// The NodeConfig gets what needs attention; its status counts the rest.
+		if nc != nil && e.Warning {
+			c.o.Recorder.Eventf(nodeConfigRef(nc), typ, e.Reason, "node %s: %s", node.Name, e.Message)
+		}
+	}
+}

@@ -1,0 +1,77 @@
+package controller
+
+import (
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+)
+
+// NodeInfo is what the reconciler knows of one node; ReconcilerService
+// shows it. It is a cache: everything in it can be rebuilt from checkpointd
+// and the API, so a fail-over loses nothing.
+type NodeInfo struct {
+	Name          string
+	NodeConfig    string
+	State         nodeconfigv1.LifecycleState
+	Records       *nodeconfigv1.Records
+	Err           string
+	Failures      int
+	Backoff       time.Duration
+	NextReconcile time.Time
+	// Admitted marks a node pacing let start a trial (or a departure) that
+	// has not ended; AdmittedFor names the NodeConfig whose trial it is.
+	Admitted    bool
+	AdmittedFor string
+	// DepartingFrom names the NodeConfig the node is leaving: its reset
+	// waits for, or holds, a place in that NodeConfig's trial.
+	DepartingFrom string
+	// Generations holds, per live NodeConfig selecting the node, the
+	// generation its last sync was computed for: a NodeConfig's status
+	// observes a generation only once all its nodes were synced at it.
+	Generations map[types.UID]int64
+	// Syncs counts the ended syncs, those that ended early with an error
+	// too, and SyncsStarted the begun ones: a node's syncs run one at a
+	// time (the work queue never hands a key to two workers), so once
+	// Syncs is past the SyncsStarted that Resync returned, a sync that
+	// began after the Resync has run (GetNode shows both).
+	Syncs, SyncsStarted uint64
+	// indexed is where admission counts the node (trials.go).
+	indexed indexed
+}
+
+// NodeInfos returns copies of every node's info, by name.
+func (c *Controller) NodeInfos() []NodeInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]NodeInfo, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		out = append(out, c.withSyncsLocked(*n))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// NodeInfo returns one node's info.
+func (c *Controller) NodeInfo(name string) (NodeInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[name]
+	if !ok {
+		return NodeInfo{}, false
+	}
+	return c.withSyncsLocked(*n), true
+}
+
+// infoLocked returns the node's entry, making it on first use; c.mu must
+// be held.
+func (c *Controller) infoLocked(name string) *NodeInfo {
+	info := c.nodes[name]
+	if info == nil {
+		info = &NodeInfo{Name: name}
+		c.nodes[name] = info
+	}
+	return info
+}
