@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -56,5 +58,50 @@ func TestInvalidSelectorLeavesNodesAndIsReported(t *testing.T) {
 	evs := f.events()
 	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Warning InvalidSelector") {
 		t.Fatalf("events %q, want one Warning InvalidSelector", evs)
+	}
+}
+
+// The nodes a NodeConfig selects are listed once and kept until a Node
+// comes, goes or is relabelled; a new generation parses its selector anew.
+func TestSelectedNodesAreKeptUntilTheNodesChange(t *testing.T) {
+	f := newFixture(t)
+	f.addNode("n1", map[string]string{"pool": "a"})
+	f.addNode("n2", map[string]string{"pool": "b"})
+	generation := func(g int64, sel *metav1.LabelSelector) *v1alpha1.NodeConfig {
+		return &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "pool", UID: "uid-pool", Generation: g},
+			Spec: v1alpha1.NodeConfigSpec{NodeSelector: sel}}
+	}
+	nc := generation(1, &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}})
+	if got := f.c.selectedNodes(nc); !slices.Equal(got, []string{"n1"}) {
+		t.Fatalf("selected %v, want n1", got)
+	}
+
+	// In the Node cache, but no event said so yet: the kept list stands.
+	if err := f.nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n3", Labels: map[string]string{"pool": "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.c.selectedNodes(nc); !slices.Equal(got, []string{"n1"}) {
+		t.Fatalf("selected %v before the nodes changed, want the kept n1", got)
+	}
+	f.c.nodesChanged()
+	got := slices.Sorted(slices.Values(f.c.selectedNodes(nc)))
+	if !slices.Equal(got, []string{"n1", "n3"}) {
+		t.Fatalf("selected %v after the nodes changed, want n1 n3", got)
+	}
+
+	next := generation(2, &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "b"}})
+	if got := f.c.selectedNodes(next); !slices.Equal(got, []string{"n2"}) {
+		t.Fatalf("generation 2 selected %v, want n2 (its own selector)", got)
+	}
+	if !f.c.selects(nc, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"pool": "a"}}}) {
+		t.Error("generation 1's selector was lost when generation 2 was parsed")
+	}
+
+	invalid := generation(3, &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "pool", Operator: "Near"}}})
+	if f.c.selectorErr(invalid) == nil || len(f.c.selectedNodes(invalid)) != 0 {
+		t.Errorf("an invalid selector: err %v, selected %v; want an error and no node", f.c.selectorErr(invalid), f.c.selectedNodes(invalid))
+	}
+	if f.c.selectorErr(nc) != nil {
+		t.Errorf("generation 1's selector has error %v", f.c.selectorErr(nc))
 	}
 }

@@ -1,12 +1,15 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/policy"
 )
 
 // A missing ConfigMap is an early error: one Warning UpdateFailed per node
@@ -37,6 +40,59 @@ func TestMissingConfigMapWarnsOnceAndRetriesFromTheCache(t *testing.T) {
 	for _, a := range f.kube.Actions() {
 		if a.GetResource().Resource == "configmaps" {
 			t.Fatalf("a retry asked the API server: %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+}
+
+// Which NodeConfig a node follows, and what is done with it, from the
+// NodeConfigs that select it.
+func TestDesiredPicksTheNodeConfigTheNodeFollows(t *testing.T) {
+	deleting := func(name string, abandon bool) *v1alpha1.NodeConfig {
+		nc := &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: name, DeletionTimestamp: &metav1.Time{}}}
+		if abandon {
+			nc.Annotations = map[string]string{v1alpha1.AnnotationDeletionPolicy: v1alpha1.DeletionPolicyAbandon}
+		}
+		return nc
+	}
+	noSource := &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "no-source"}}
+	for _, tc := range []struct {
+		name      string
+		m         matches
+		abandoned bool
+		wantNC    string
+		wantMode  policy.Mode
+		departs   bool
+	}{
+		{"conflict", matches{live: []*v1alpha1.NodeConfig{noSource, poolA("other", v1alpha1.Rollout{})}}, false, "", policy.ModeLeave, false},
+		{"live without a source", matches{live: []*v1alpha1.NodeConfig{noSource}}, false, "no-source", policy.ModeReset, false},
+		{"deleting", matches{deleting: []*v1alpha1.NodeConfig{deleting("a", false)}}, false, "a", policy.ModeReset, false},
+		{"deleting, one abandons", matches{deleting: []*v1alpha1.NodeConfig{deleting("a", false), deleting("b", true)}}, false, "b", policy.ModeLeave, false},
+		{"live wins over deleting", matches{live: []*v1alpha1.NodeConfig{noSource}, deleting: []*v1alpha1.NodeConfig{deleting("b", true)}}, false, "no-source", policy.ModeReset, false},
+		{"invalid selector", matches{invalidSelector: true}, false, "", policy.ModeLeave, false},
+		{"none, abandoned", matches{}, true, "", policy.ModeLeave, true},
+		{"none", matches{}, false, "", policy.ModeReset, true},
+	} {
+		f := newFixture(t)
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+		if tc.abandoned {
+			node.Annotations = map[string]string{v1alpha1.AnnotationAbandoned: "gone"}
+		}
+		nc, d, err := f.c.desired(context.Background(), node, tc.m)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := ""
+		if nc != nil {
+			got = nc.Name
+		}
+		if got != tc.wantNC || d.Mode != tc.wantMode || (d.Depart != nil) != tc.departs {
+			t.Errorf("%s: NodeConfig %q mode %v departs %v, want %q %v %v", tc.name, got, d.Mode, d.Depart != nil, tc.wantNC, tc.wantMode, tc.departs)
+		}
+		if tc.m.conflict() {
+			queued := drain(f.c.ncQ)
+			if len(queued) != 2 {
+				t.Errorf("conflict: NodeConfigs %v queued to report it, want both", queued)
+			}
 		}
 	}
 }

@@ -1,0 +1,49 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/policy"
+)
+
+// Warnings are always recorded, on the Node and copied to its NodeConfig;
+// Normal transitions only when asked for. Promotions and rollbacks are
+// counted either way.
+func TestEmitRecordsWarningsAlwaysAndNormalEventsOnlyWhenAsked(t *testing.T) {
+	events := []policy.Event{
+		{Reason: policy.EventPromoted, Message: "promoted"},
+		{Warning: true, Reason: policy.EventRolledBack, Message: "rolled back"},
+	}
+	for _, tc := range []struct {
+		normal bool
+		want   []string
+	}{
+		{false, []string{"Warning ConfigRolledBack rolled back", "Warning ConfigRolledBack node n1: rolled back"}},
+		{true, []string{"Normal ConfigPromoted promoted", "Warning ConfigRolledBack rolled back", "Warning ConfigRolledBack node n1: rolled back"}},
+	} {
+		f := newFixture(t)
+		f.c.o.NormalNodeEvents = tc.normal
+		f.c.emit(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "pool-a"}}, events)
+		if got := f.events(); !slices.Equal(got, tc.want) {
+			t.Errorf("NormalNodeEvents %v: events %q, want %q", tc.normal, got, tc.want)
+		}
+		if p, r := testutil.ToFloat64(f.c.metrics.promotions), testutil.ToFloat64(f.c.metrics.rollbacks); p != 1 || r != 1 {
+			t.Errorf("NormalNodeEvents %v: %v promotions and %v rollbacks counted, want 1 and 1", tc.normal, p, r)
+		}
+	}
+}
+
+// A node no NodeConfig selects has only its own Events.
+func TestEmitWithoutNodeConfigRecordsOnTheNodeOnly(t *testing.T) {
+	f := newFixture(t)
+	f.c.emit(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, nil, []policy.Event{{Warning: true, Reason: policy.EventFailed, Message: "no agent"}})
+	if got := f.events(); !slices.Equal(got, []string{"Warning UpdateFailed no agent"}) {
+		t.Errorf("events %q, want the Node's Warning alone", got)
+	}
+}

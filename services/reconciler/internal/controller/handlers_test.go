@@ -1,0 +1,105 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
+)
+
+// drain takes every key ready in q, sorted.
+func drain(q interface {
+	Len() int
+	Get() (string, bool)
+	Done(string)
+}) []string {
+	var keys []string
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		q.Done(k)
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// A Node update concerns the policy only when the labels or the abandon
+// mark change; only a label change makes the kept selections stale.
+func TestNodeUpdatesEnqueueOnlyWhatThePolicyReads(t *testing.T) {
+	f := newFixture(t)
+	nodes, _, _, _ := f.c.Handlers()
+	node := func(labels, annotations map[string]string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: labels, Annotations: annotations}}
+	}
+	base := node(map[string]string{"pool": "a"}, map[string]string{"nodeconfig.io/config-status": "{}"})
+	for _, tc := range []struct {
+		name      string
+		cur       *corev1.Node
+		enqueued  bool
+		nodesMove bool
+	}{
+		{"status annotation", node(map[string]string{"pool": "a"}, map[string]string{"nodeconfig.io/config-status": `{"active":{}}`}), false, false},
+		{"relabelled", node(map[string]string{"pool": "b"}, base.Annotations), true, true},
+		{"abandon mark", node(base.Labels, map[string]string{v1alpha1.AnnotationAbandoned: "pool-a"}), true, false},
+	} {
+		version := f.c.nodesVersion.Load()
+		nodes.OnUpdate(base, tc.cur)
+		if got := drain(f.c.nodeQ); (len(got) == 1) != tc.enqueued {
+			t.Errorf("%s: queued %v, want enqueued %v", tc.name, got, tc.enqueued)
+		}
+		if moved := f.c.nodesVersion.Load() != version; moved != tc.nodesMove {
+			t.Errorf("%s: kept selections made stale %v, want %v", tc.name, moved, tc.nodesMove)
+		}
+	}
+	nodes.OnDelete(cache.DeletedFinalStateUnknown{Key: "n1", Obj: base})
+	if got := drain(f.c.nodeQ); !slices.Equal(got, []string{"n1"}) {
+		t.Errorf("a deletion tombstone queued %v, want n1", got)
+	}
+}
+
+// The reconciler's own status write wakes only the NodeConfig's waiting
+// nodes; a spec change wakes every node it selected before or selects now.
+func TestNodeConfigUpdatesWakeTheNodesTheyConcern(t *testing.T) {
+	f := newFixture(t)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		f.addNode(n, map[string]string{"pool": "a"})
+	}
+	f.c.mu.Lock()
+	f.c.infoLocked("n1").NodeConfig, f.c.infoLocked("n1").State = "pool-a", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING
+	f.c.infoLocked("n2").NodeConfig, f.c.infoLocked("n2").State = "pool-a", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING
+	f.c.mu.Unlock()
+	_, _, ncs, _ := f.c.Handlers()
+	obj := func(nc *v1alpha1.NodeConfig) *unstructured.Unstructured {
+		t.Helper()
+		u, err := v1alpha1.ToUnstructured(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &unstructured.Unstructured{Object: u}
+	}
+	old := poolA("pool-a", v1alpha1.Rollout{})
+	old.Generation = 1
+
+	withStatus := poolA("pool-a", v1alpha1.Rollout{})
+	withStatus.Generation, withStatus.Status.Soaking = 1, 1
+	ncs.OnUpdate(obj(old), obj(withStatus))
+	if got := drain(f.c.nodeQ); !slices.Equal(got, []string{"n1"}) {
+		t.Errorf("a status write woke %v, want only the waiting n1", got)
+	}
+	if got := drain(f.c.ncQ); !slices.Equal(got, []string{"pool-a"}) {
+		t.Errorf("a status write queued NodeConfigs %v, want pool-a", got)
+	}
+
+	edited := poolA("pool-a", v1alpha1.Rollout{})
+	edited.Generation, edited.Spec.SoakSeconds = 2, 120
+	ncs.OnUpdate(obj(old), obj(edited))
+	if got := drain(f.c.nodeQ); !slices.Equal(got, []string{"n1", "n2", "n3"}) {
+		t.Errorf("a spec change woke %v, want every selected node", got)
+	}
+}
