@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/readonly"
+	"nodeconfig.io/services/checkpointd/readonly"
 	"nodeconfig.io/test/sim"
 )
 

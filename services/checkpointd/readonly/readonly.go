@@ -1,5 +1,8 @@
 // Package readonly makes a directory a real read-only filesystem for a
 // test: root ignores permission bits, so only a read-only mount stops it.
+// It lives beside checkpointd, whose target and state directories it
+// makes read-only, so that checkpointd's own tests and those under test/
+// share it.
 package readonly
 
 import (
@@ -10,7 +13,7 @@ import (
 
 // Mount bind-mounts dir read-only over itself until the returned undo,
 // which the test's cleanup also runs.
-func Mount(t *testing.T, dir string) (undo func()) {
+func Mount(t testing.TB, dir string) (undo func()) {
 	t.Helper()
 	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
 		if errors.Is(err, syscall.EPERM) {
