@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/server"
+	"nodeconfig.io/services/servekit"
+)
+
+// Run builds checkpointd from its flags and serves it until SIGTERM or
+// SIGINT (servekit.Service).
+func (o *options) Run(p *servekit.Process) error {
+	if p.NeedsCluster() {
+		// Only reviews of its callers: the store never talks to the API server.
+		restCfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+		if err != nil {
+			return fmt.Errorf("kubernetes client config for --auth=token: %w", err)
+		}
+		restCfg.UserAgent = "nodeconfig-checkpointd"
+		// Its own budget and deadline: reviews are already capped by the
+		// guard, and a slow API server must not hold calls open.
+		restCfg.QPS, restCfg.Burst, restCfg.Timeout = 10, 20, 10*time.Second
+		authn, err := authenticationv1client.NewForConfig(restCfg)
+		if err != nil {
+			return err
+		}
+		authz, err := authorizationv1client.NewForConfig(restCfg)
+		if err != nil {
+			return err
+		}
+		p.UseCluster(authn, authz)
+	}
+	srv, err := p.NewServer()
+	if err != nil {
+		return err
+	}
+	gate, err := o.consumer.gate(p.Log)
+	if err != nil {
+		return err
+	}
+	ckd, err := server.Open(server.Options{
+		StateDir: o.stateDir, TargetDir: o.targetDir, TargetFile: o.targetFile, KubeletConfig: o.kubeletConfig, NoSync: o.noFsync,
+		MaxWatchers: o.maxWatchers, Registerer: srv.Registry, Log: p.Log, Consumer: gate,
+	})
+	if err != nil {
+		return err
+	}
+	defer ckd.Close()
+	ckd.Register(srv.GRPC)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go ckd.RunGC(ctx, o.gcInterval, o.gcMinAge)
+	go ckd.RunConsumer(ctx)
+	return srv.Serve(ctx, nodeconfigv1.CheckpointService_ServiceDesc.ServiceName)
+}

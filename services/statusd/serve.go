@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/servekit"
+	"nodeconfig.io/services/statusd/server"
+)
+
+// Run builds statusd from its flags and serves it until SIGTERM or SIGINT,
+// or until the node's sync stops (servekit.Service).
+func (o *options) Run(p *servekit.Process) error {
+	if o.nodeName == "" {
+		return fmt.Errorf("--node-name is required (or set NODE_NAME)")
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubernetes client config: %w", err)
+	}
+	restCfg.UserAgent = "nodeconfig-statusd/" + o.nodeName
+	restCfg.QPS, restCfg.Burst = float32(o.qps), o.burst
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(o.checkpointd, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("--checkpointd %s: %w", o.checkpointd, err)
+	}
+	defer conn.Close()
+
+	p.UseCluster(client.AuthenticationV1(), client.AuthorizationV1())
+	srv, err := p.NewServer()
+	if err != nil {
+		return err
+	}
+	sd, err := server.New(server.Options{
+		Client: client, NodeName: o.nodeName,
+		Checkpointd: nodeconfigv1.NewCheckpointServiceClient(conn), Target: o.checkpointd,
+		StateFile: o.stateFile, SyncPeriod: o.syncPeriod, Registerer: srv.Registry, Log: p.Log,
+	})
+	if err != nil {
+		return err
+	}
+	sd.Register(srv.GRPC)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		if err := sd.Run(ctx); err != nil {
+			p.Log.Error("node status sync stopped", "err", err)
+			cancel()
+		}
+	}()
+	err = srv.Serve(ctx, nodeconfigv1.StatusService_ServiceDesc.ServiceName)
+	cancel()
+	return err
+}
