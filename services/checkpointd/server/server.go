@@ -1,7 +1,7 @@
 // Package server is checkpointd as a library: one node's store, its
-// lifecycle service and garbage collection, ready to register on a gRPC
-// server. The checkpointd binary is this plus flags and listeners; the
-// fleet benchmark runs thousands of them in one process.
+// lifecycle and garbage collection, ready to register on a gRPC server.
+// The checkpointd binary is this plus flags and listeners; the fleet
+// benchmark runs thousands of them in one process.
 package server
 
 import (
@@ -17,6 +17,7 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/consumer"
+	"nodeconfig.io/services/checkpointd/internal/grpcapi"
 	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
@@ -41,10 +42,10 @@ type Options struct {
 	Consumer *consumer.Gate
 }
 
-// Checkpointd is an open store with its service.
+// Checkpointd is an open store with its lifecycle.
 type Checkpointd struct {
 	store    *store.Store
-	service  *lifecycle.Service
+	node     *lifecycle.Node
 	consumer *consumer.Gate
 }
 
@@ -71,28 +72,28 @@ func Open(o Options) (*Checkpointd, error) {
 	if o.Consumer != nil { // a nil *Gate in the interface would not be nil
 		lo.Consumer = o.Consumer
 	}
-	svc := lifecycle.New(lo)
+	node := lifecycle.New(lo)
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(lifecycle.RecordsCollector{Store: st})
 	}
 	if o.Consumer != nil {
-		o.Consumer.Node = lifecycle.ConsumerNode{Service: svc}
+		o.Consumer.Node = lifecycle.ConsumerNode{Node: node}
 	}
-	if err := svc.Recover(); err != nil {
+	if err := node.Recover(); err != nil {
 		_ = st.Close()
 		return nil, fmt.Errorf("recover the active config at start: %w", err)
 	}
-	return &Checkpointd{store: st, service: svc, consumer: o.Consumer}, nil
+	return &Checkpointd{store: st, node: node, consumer: o.Consumer}, nil
 }
 
 // Register adds the CheckpointService to s.
 func (c *Checkpointd) Register(s *grpc.Server) {
-	nodeconfigv1.RegisterCheckpointServiceServer(s, c.service)
+	nodeconfigv1.RegisterCheckpointServiceServer(s, grpcapi.New(c.node))
 }
 
 // RunGC sweeps unreferenced checkpoints every interval until ctx ends.
 func (c *Checkpointd) RunGC(ctx context.Context, interval, minAge time.Duration) {
-	c.service.RunGC(ctx, interval, minAge)
+	c.node.RunGC(ctx, interval, minAge)
 }
 
 // RunConsumer drives the consumer gate until ctx ends; without a gate it

@@ -22,7 +22,7 @@ import (
 
 var payload64KiB = strings.Repeat("x", 64<<10)
 
-func durableFixture(b *testing.B) (*Service, *store.Store) {
+func durableFixture(b *testing.B) (*Node, *store.Store) {
 	b.Helper()
 	dir := b.TempDir()
 	st, err := store.Open(filepath.Join(dir, "c.db"), store.Options{})
@@ -60,16 +60,16 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // BenchmarkPutCheckpoint64KiB alternates a PutCheckpoint of 64 KiB and a
 // raw bbolt Update of 64 KiB, and reports both and their ratio.
 func BenchmarkPutCheckpoint64KiB(b *testing.B) {
-	svc, _ := durableFixture(b)
+	node, _ := durableFixture(b)
 	db := rawBolt(b)
 	var put, raw []time.Duration
 	b.ResetTimer()
 	for i := range b.N {
 		start := time.Now()
-		_, err := svc.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{
-			Source: &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: fmt.Sprint(i), Key: "k"},
-			Data:   map[string]string{"k": payload64KiB},
-		})
+		_, _, err := node.PutCheckpoint(
+			&nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: fmt.Sprint(i), Key: "k"},
+			map[string]string{"k": payload64KiB},
+		)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -93,7 +93,7 @@ func BenchmarkPutCheckpoint64KiB(b *testing.B) {
 func BenchmarkPutCheckpointConcurrent(b *testing.B) {
 	// run returns how long writers × perWriter puts took.
 	run := func(writers, perWriter int) time.Duration {
-		svc, _ := durableFixture(b)
+		node, _ := durableFixture(b)
 		var seq atomic.Int64
 		var wg sync.WaitGroup
 		start := time.Now()
@@ -103,10 +103,10 @@ func BenchmarkPutCheckpointConcurrent(b *testing.B) {
 				defer wg.Done()
 				for range perWriter {
 					v := seq.Add(1)
-					_, err := svc.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{
-						Source: &nodeconfigv1.ConfigSource{Uid: "u", ResourceVersion: fmt.Sprint(v), Key: "k"},
-						Data:   map[string]string{"k": payload64KiB},
-					})
+					_, _, err := node.PutCheckpoint(
+						&nodeconfigv1.ConfigSource{Uid: "u", ResourceVersion: fmt.Sprint(v), Key: "k"},
+						map[string]string{"k": payload64KiB},
+					)
 					if err != nil {
 						b.Error(err)
 						return
@@ -131,25 +131,25 @@ func BenchmarkPutCheckpointConcurrent(b *testing.B) {
 	b.ReportMetric(many/one, "speedup")
 }
 
-// BenchmarkActivate measures SetAssigned + Activate of a 64 KiB config:
+// BenchmarkActivate measures Assign + Activate of a 64 KiB config:
 // validation, the atomic file write with fsyncs, and the record commit.
 func BenchmarkActivate(b *testing.B) {
-	svc, _ := durableFixture(b)
+	node, _ := durableFixture(b)
 	var lat []time.Duration
 	for i := range b.N {
 		src := &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: fmt.Sprint(i), Key: "k"}
 		b.StopTimer()
-		if _, err := svc.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src, Data: map[string]string{"k": "a: \"" + payload64KiB + "\"\n"}}); err != nil {
+		if _, _, err := node.PutCheckpoint(src, map[string]string{"k": "a: \"" + payload64KiB + "\"\n"}); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 		start := time.Now()
-		if _, err := svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src}); err != nil {
+		if _, err := node.Assign(Assignment{Source: src, SoakSeconds: DefaultSoakSeconds, Validator: nodeconfigv1.Validator_VALIDATOR_YAML}); err != nil {
 			b.Fatal(err)
 		}
-		resp, err := svc.Activate(ctx, &nodeconfigv1.ActivateRequest{})
-		if err != nil || resp.GetOutcome() != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED {
-			b.Fatal(resp, err)
+		outcome, _, err := node.Activate()
+		if err != nil || outcome != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED {
+			b.Fatal(outcome, err)
 		}
 		lat = append(lat, time.Since(start))
 	}

@@ -12,17 +12,16 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
+	"nodeconfig.io/services/checkpointd/readonly"
 )
 
 type fixture struct {
-	svc    *Service
+	node   *Node
 	store  *store.Store
 	target materialize.Target
 	dir    string
@@ -48,7 +47,7 @@ func (f *fixture) advance(d time.Duration) {
 func (f *fixture) promote(t *testing.T, rv string) {
 	t.Helper()
 	f.advance(time.Duration(f.records(t).GetAssigned().GetSoakSeconds()) * time.Second)
-	if _, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src(rv)}); err != nil {
+	if _, err := f.node.Promote(src(rv)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -63,7 +62,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { st.Close() })
 	f.store, f.target = st, materialize.Target{Dir: filepath.Join(dir, "target"), Name: "config.yaml"}
-	f.svc = New(Options{Store: st, Target: f.target})
+	f.node = New(Options{Store: st, Target: f.target})
 	return f
 }
 
@@ -73,9 +72,14 @@ func src(rv string) *nodeconfigv1.ConfigSource {
 	return &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "uid-1", ResourceVersion: rv, Key: "config.yaml"}
 }
 
+// assignment is version rv, judged as YAML and soaked soakSeconds.
+func assignment(rv string, soakSeconds int64) Assignment {
+	return Assignment{Source: src(rv), SoakSeconds: soakSeconds, Validator: nodeconfigv1.Validator_VALIDATOR_YAML}
+}
+
 func (f *fixture) put(t *testing.T, rv, content string) {
 	t.Helper()
-	if _, err := f.svc.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src(rv), Data: map[string]string{"config.yaml": content}}); err != nil {
+	if _, _, err := f.node.PutCheckpoint(src(rv), map[string]string{"config.yaml": content}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -84,23 +88,23 @@ func (f *fixture) put(t *testing.T, rv, content string) {
 func (f *fixture) assign(t *testing.T, rv, content string) nodeconfigv1.ActivateOutcome {
 	t.Helper()
 	f.put(t, rv, content)
-	if _, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src(rv), SoakSeconds: 60}); err != nil {
+	if _, err := f.node.Assign(assignment(rv, 60)); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := f.svc.Activate(ctx, &nodeconfigv1.ActivateRequest{})
+	outcome, _, err := f.node.Activate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.GetOutcome()
+	return outcome
 }
 
 func (f *fixture) records(t *testing.T) *nodeconfigv1.Records {
 	t.Helper()
-	resp, err := f.svc.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{})
+	recs, err := f.node.Records()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.GetRecords()
+	return recs
 }
 
 func (f *fixture) targetContent(t *testing.T) (string, bool) {
@@ -115,80 +119,23 @@ func (f *fixture) targetContent(t *testing.T) (string, bool) {
 	return string(b), true
 }
 
-func wantCode(t *testing.T, err error, code codes.Code, contains string) {
+// wantErr checks that err is kind (internal/grpcapi maps each kind to its
+// status code) and says contains.
+func wantErr(t *testing.T, err, kind error, contains string) {
 	t.Helper()
-	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), contains) {
-		t.Fatalf("err = %v, want %v containing %q", err, code, contains)
+	if !errors.Is(err, kind) || !strings.Contains(err.Error(), contains) {
+		t.Fatalf("err = %v, want %v containing %q", err, kind, contains)
 	}
 }
 
-func TestPutCheckpointRejectsBadInput(t *testing.T) {
-	f := newFixture(t)
-	big := strings.Repeat("x", 1<<20+1)
-	cases := map[string]struct {
-		req      *nodeconfigv1.PutCheckpointRequest
-		contains string
-	}{
-		"no source":         {&nodeconfigv1.PutCheckpointRequest{Data: map[string]string{"a": "b"}}, "source is required"},
-		"empty uid":         {&nodeconfigv1.PutCheckpointRequest{Source: &nodeconfigv1.ConfigSource{ResourceVersion: "1"}, Data: map[string]string{"a": "b"}}, "empty UID is ambiguous"},
-		"empty rv":          {&nodeconfigv1.PutCheckpointRequest{Source: &nodeconfigv1.ConfigSource{Uid: "u"}, Data: map[string]string{"a": "b"}}, "resource_version is empty"},
-		"slash in uid":      {&nodeconfigv1.PutCheckpointRequest{Source: &nodeconfigv1.ConfigSource{Uid: "a/b", ResourceVersion: "1"}, Data: map[string]string{"a": "b"}}, "without '/'"},
-		"path separator":    {&nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": "x", "../etc/passwd": "x"}}, "not a valid ConfigMap key"},
-		"dot dot":           {&nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": "x", "..": "x"}}, "not a valid ConfigMap key"},
-		"long key":          {&nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": "x", strings.Repeat("k", 254): "x"}}, "not a valid ConfigMap key"},
-		"over 1 MiB":        {&nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": big}}, "1 MiB"},
-		"named key missing": {&nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"other": "x"}}, `no key "config.yaml"`},
-		"no data":           {&nodeconfigv1.PutCheckpointRequest{Source: src("1")}, "data is empty"},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			_, err := f.svc.PutCheckpoint(ctx, tc.req)
-			wantCode(t, err, codes.InvalidArgument, tc.contains)
-		})
-	}
-	list, _ := f.svc.ListCheckpoints(ctx, &nodeconfigv1.ListCheckpointsRequest{})
-	if len(list.GetCheckpoints()) != 0 {
-		t.Fatalf("bad input stored something: %v", list.GetCheckpoints())
-	}
-}
-
-func TestPutCheckpointSameVersionOtherContentIsAlreadyExists(t *testing.T) {
-	f := newFixture(t)
-	f.put(t, "1", "a: 1\n")
-	resp, err := f.svc.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": "a: 1\n"}})
-	if err != nil || resp.GetCreated() {
-		t.Fatalf("same content: created=%v err=%v", resp.GetCreated(), err)
-	}
-	_, err = f.svc.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src("1"), Data: map[string]string{"config.yaml": "a: 2\n"}})
-	wantCode(t, err, codes.AlreadyExists, "different payload")
-}
-
-func TestSetAssignedNeedsCheckpointAndKeepsSoakClockOnRepeat(t *testing.T) {
-	f := newFixture(t)
-	_, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1")})
-	wantCode(t, err, codes.FailedPrecondition, "PutCheckpoint first")
-	f.put(t, "1", "a: 1\n")
-	other := src("1")
-	other.Key = "missing"
-	_, err = f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: other})
-	wantCode(t, err, codes.FailedPrecondition, "no key")
-	_, err = f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1"), SoakSeconds: -1})
-	wantCode(t, err, codes.InvalidArgument, "soak_seconds")
-
-	first, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a := first.GetRecords().GetAssigned(); a.GetSoakSeconds() != DefaultSoakSeconds || a.GetValidator() != nodeconfigv1.Validator_VALIDATOR_YAML {
-		t.Fatalf("defaults not applied: %v", a)
-	}
-	again, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !again.GetRecords().GetAssigned().GetWrittenAt().AsTime().Equal(first.GetRecords().GetAssigned().GetWrittenAt().AsTime()) ||
-		again.GetRecords().GetRevision() != first.GetRecords().GetRevision() {
-		t.Fatal("assigning the same config again rewrote the record (and would reset the soak clock)")
+// wantWriteFailed checks that err is a recorded write failure, of a full
+// disk (ResourceExhausted over gRPC) or not (FailedPrecondition), that
+// says contains.
+func wantWriteFailed(t *testing.T, err error, noSpace bool, contains string) {
+	t.Helper()
+	var wf *WriteFailedError
+	if !errors.As(err, &wf) || wf.NoSpace() != noSpace || !strings.Contains(err.Error(), contains) {
+		t.Fatalf("err = %v, want a write failure (no space: %v) containing %q", err, noSpace, contains)
 	}
 }
 
@@ -224,8 +171,8 @@ func TestLateErrorRollsBackToLastKnownGoodAndRecordsError(t *testing.T) {
 	if got, _ := f.targetContent(t); got != "a: 1\n" {
 		t.Fatalf("target = %q, want the last-known-good payload", got)
 	}
-	_, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src("2")})
-	wantCode(t, err, codes.FailedPrecondition, "not active")
+	_, err := f.node.Promote(src("2"))
+	wantErr(t, err, ErrRefused, "not active")
 	// A good new assignment clears the error.
 	f.assign(t, "3", "a: 3\n")
 	if recs := f.records(t); recs.GetError() != nil {
@@ -246,33 +193,14 @@ func TestLateErrorWithoutLastKnownGoodRemovesTarget(t *testing.T) {
 	}
 }
 
-func TestSetErrorAcceptsOnlyEarlyErrors(t *testing.T) {
-	f := newFixture(t)
-	_, err := f.svc.SetError(ctx, &nodeconfigv1.SetErrorRequest{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "X", Message: "m"}})
-	wantCode(t, err, codes.InvalidArgument, "only early errors")
-	_, err = f.svc.SetError(ctx, &nodeconfigv1.SetErrorRequest{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: "not camel", Message: "m"}})
-	wantCode(t, err, codes.InvalidArgument, "CamelCase")
-	resp, err := f.svc.SetError(ctx, &nodeconfigv1.SetErrorRequest{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: "DownloadFailed", Message: "no ConfigMap"}})
-	if err != nil || resp.GetRecords().GetError().GetError().GetReason() != "DownloadFailed" {
-		t.Fatalf("%v %v", resp, err)
-	}
-	resp, err = f.svc.SetError(ctx, &nodeconfigv1.SetErrorRequest{})
-	if err != nil || resp.GetRecords().GetError() != nil {
-		t.Fatalf("clear: %v %v", resp, err)
-	}
-}
-
 func TestResetClearsEverythingAndRemovesTarget(t *testing.T) {
 	f := newFixture(t)
 	f.assign(t, "1", "a: 1\n")
 	f.promote(t, "1")
-	_, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{SoakSeconds: -1})
-	wantCode(t, err, codes.InvalidArgument, "negative")
-	resp, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{SoakSeconds: 30})
+	r, err := f.node.Reset(30, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := resp.GetRecords()
 	if r.GetAssigned() != nil || r.GetActive() != nil || r.GetLastKnownGood() != nil || r.GetError() != nil {
 		t.Fatalf("records after reset: %v", r)
 	}
@@ -294,45 +222,32 @@ func TestResetClearsEverythingAndRemovesTarget(t *testing.T) {
 	}
 }
 
-func TestDeleteCheckpointRefusesReferenced(t *testing.T) {
-	f := newFixture(t)
-	f.assign(t, "1", "a: 1\n")
-	_, err := f.svc.DeleteCheckpoint(ctx, &nodeconfigv1.DeleteCheckpointRequest{Uid: "uid-1", ResourceVersion: "1"})
-	wantCode(t, err, codes.FailedPrecondition, "referenced")
-	f.put(t, "2", "a: 2\n")
-	if _, err := f.svc.DeleteCheckpoint(ctx, &nodeconfigv1.DeleteCheckpointRequest{Uid: "uid-1", ResourceVersion: "2"}); err != nil {
-		t.Fatal(err)
-	}
-	_, err = f.svc.GetCheckpoint(ctx, &nodeconfigv1.GetCheckpointRequest{Uid: "uid-1", ResourceVersion: "2"})
-	wantCode(t, err, codes.NotFound, "not found")
-}
-
 func TestRecoverRepairsDriftAndFinishesInterruptedActivation(t *testing.T) {
 	f := newFixture(t)
 	f.assign(t, "1", "a: 1\n")
 	if err := os.WriteFile(f.target.Path(), []byte("tampered"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.svc.Recover(); err != nil {
+	if err := f.node.Recover(); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := f.targetContent(t); got != "a: 1\n" {
 		t.Fatalf("drift not repaired: %q", got)
 	}
-	// A crash between SetAssigned and Activate: start finishes the activation.
+	// A crash between Assign and Activate: start finishes the activation.
 	f.put(t, "2", "a: 2\n")
-	if _, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("2")}); err != nil {
+	if _, err := f.node.Assign(assignment("2", DefaultSoakSeconds)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.svc.Recover(); err != nil {
+	if err := f.node.Recover(); err != nil {
 		t.Fatal(err)
 	}
 	if recs := f.records(t); !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("2")) {
 		t.Fatalf("active after recover = %v, want the assigned config", recs.GetActive())
 	}
-	resp, err := f.svc.RepairDrift(ctx, &nodeconfigv1.RepairDriftRequest{})
-	if err != nil || resp.GetRepaired() {
-		t.Fatalf("no drift expected: %v %v", resp, err)
+	repaired, err := f.node.RepairDrift()
+	if err != nil || repaired {
+		t.Fatalf("no drift expected: %v %v", repaired, err)
 	}
 }
 
@@ -342,13 +257,13 @@ func TestPromoteRefusedBeforeTheSoakEnds(t *testing.T) {
 	f := newFixture(t)
 	f.assign(t, "1", "a: 1\n")
 	f.advance(59 * time.Second)
-	_, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src("1")})
-	wantCode(t, err, codes.FailedPrecondition, "soaking until")
+	_, err := f.node.Promote(src("1"))
+	wantErr(t, err, ErrRefused, "soaking until")
 	if recs := f.records(t); recs.GetLastKnownGood() != nil {
 		t.Fatalf("promoted before the soak ended: %v", recs.GetLastKnownGood())
 	}
 	f.advance(time.Second)
-	if _, err := f.svc.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src("1")}); err != nil {
+	if _, err := f.node.Promote(src("1")); err != nil {
 		t.Fatalf("at the soak's end: %v", err)
 	}
 }
@@ -361,13 +276,13 @@ func TestActivateWriteFailureIsAnEarlyErrorNotARollback(t *testing.T) {
 	f.promote(t, "1")
 	// A file where the directory's temp file would go: every write fails.
 	blocked := materialize.Target{Dir: f.target.Path(), Name: "x"}
-	f.svc.target = blocked
+	f.node.target = blocked
 	f.put(t, "2", "a: 2\n")
-	if _, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("2"), SoakSeconds: 60}); err != nil {
+	if _, err := f.node.Assign(assignment("2", 60)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := f.svc.Activate(ctx, &nodeconfigv1.ActivateRequest{})
-	wantCode(t, err, codes.FailedPrecondition, "cannot write")
+	_, _, err := f.node.Activate()
+	wantWriteFailed(t, err, false, "cannot write")
 	recs := f.records(t)
 	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != ReasonWriteFailed {
 		t.Fatalf("error %v, want an early %s", e, ReasonWriteFailed)
@@ -375,13 +290,12 @@ func TestActivateWriteFailureIsAnEarlyErrorNotARollback(t *testing.T) {
 	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) || !nodeconfigv1.SameSource(recs.GetLastKnownGood().GetSource(), src("1")) {
 		t.Fatalf("records moved on a write failure: %v", recs)
 	}
-	f.svc.target = f.target
+	f.node.target = f.target
 	f.advance(time.Minute)
-	resp, err := f.svc.Activate(ctx, &nodeconfigv1.ActivateRequest{})
-	if err != nil || resp.GetOutcome() != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED {
-		t.Fatalf("activate once writable: %v %v", resp, err)
+	outcome, recs, err := f.node.Activate()
+	if err != nil || outcome != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED {
+		t.Fatalf("activate once writable: %v %v", outcome, err)
 	}
-	recs = resp.GetRecords()
 	if recs.GetError() != nil || !recs.GetActive().GetWrittenAt().AsTime().Equal(f.clock()) {
 		t.Fatalf("after the retry: %v; want no error and active written now (%v)", recs, f.clock())
 	}
@@ -434,8 +348,8 @@ func TestDriftRepairOnAFullDiskIsAnEarlyErrorAndRestoresTheFileLater(t *testing.
 	before := f.records(t)
 	// The full tmpfs mounted over the directory also hides the file.
 	free := fullDisk(t, f.target.Dir)
-	_, err := f.svc.RepairDrift(ctx, &nodeconfigv1.RepairDriftRequest{})
-	wantCode(t, err, codes.ResourceExhausted, "no space left on device")
+	_, err := f.node.RepairDrift()
+	wantWriteFailed(t, err, true, "no space left on device")
 	recs := f.records(t)
 	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != ReasonWriteFailed {
 		t.Fatalf("error %v, want an early %s", e, ReasonWriteFailed)
@@ -444,16 +358,16 @@ func TestDriftRepairOnAFullDiskIsAnEarlyErrorAndRestoresTheFileLater(t *testing.
 		t.Fatalf("a failed write moved the records:\nbefore %v\nafter  %v", before, recs)
 	}
 	// A restart meanwhile serves and reports rather than failing or rolling back.
-	if err := f.svc.Recover(); err != nil {
+	if err := f.node.Recover(); err != nil {
 		t.Fatalf("Recover on a full disk: %v", err)
 	}
 	if recs := f.records(t); !proto.Equal(recs.GetActive(), before.GetActive()) {
 		t.Fatalf("Recover on a full disk moved active: %v", recs.GetActive())
 	}
 	free()
-	resp, err := f.svc.RepairDrift(ctx, &nodeconfigv1.RepairDriftRequest{})
-	if err != nil || !resp.GetRepaired() {
-		t.Fatalf("repair once there is room: %v %v", resp, err)
+	repaired, err := f.node.RepairDrift()
+	if err != nil || !repaired {
+		t.Fatalf("repair once there is room: %v %v", repaired, err)
 	}
 	if got, ok := f.targetContent(t); !ok || got != "a: 1\n" {
 		t.Fatalf("target = %q (exists %v), want the active payload back", got, ok)
@@ -463,52 +377,24 @@ func TestDriftRepairOnAFullDiskIsAnEarlyErrorAndRestoresTheFileLater(t *testing.
 	}
 }
 
-// A checkpoint deleted while SetAssigned runs — at the moment between its
-// request checks and its records change, where the existence check used
-// to be done — is either seen by the assignment (refused) or refused
-// itself: assigned never names a payload that is gone.
-func TestSetAssignedNeverNamesAPayloadDeletedConcurrently(t *testing.T) {
+// A checkpoint deleted while Assign runs — after it takes the lock and
+// before its records change — is either seen by the assignment (refused)
+// or refused itself: assigned never names a payload that is gone.
+func TestAssignNeverNamesAPayloadDeletedConcurrently(t *testing.T) {
 	f := newFixture(t)
 	f.put(t, "1", "a: 1\n")
 	var deleteErr error
-	f.svc.testHookBeforeAssign = func() {
-		_, deleteErr = f.svc.DeleteCheckpoint(ctx, &nodeconfigv1.DeleteCheckpointRequest{Uid: "uid-1", ResourceVersion: "1"})
+	f.node.testHookBeforeAssign = func() {
+		deleteErr = f.node.DeleteCheckpoint("uid-1", "1")
 	}
-	_, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1"), SoakSeconds: 60})
+	_, err := f.node.Assign(assignment("1", 60))
 	if deleteErr != nil {
 		t.Fatalf("setup: the concurrent delete failed: %v", deleteErr)
 	}
-	wantCode(t, err, codes.FailedPrecondition, "no checkpoint")
+	wantErr(t, err, ErrRefused, "no checkpoint")
 	if a := f.records(t).GetAssigned(); a != nil {
 		t.Fatalf("assigned %v names a payload that is gone", a)
 	}
-}
-
-// readOnly bind-mounts dir read-only over itself until the returned undo
-// (also run by the test's cleanup): unlink and create fail with EROFS,
-// which root cannot bypass.
-func readOnly(t *testing.T, dir string) (undo func()) {
-	t.Helper()
-	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
-		if errors.Is(err, syscall.EPERM) {
-			t.Skipf("a read-only bind mount needs CAP_SYS_ADMIN: %v", err)
-		}
-		t.Fatal(err)
-	}
-	mounted := true
-	undo = func() {
-		if mounted {
-			mounted = false
-			if err := syscall.Unmount(dir, 0); err != nil {
-				t.Errorf("unmount %s: %v", dir, err)
-			}
-		}
-	}
-	t.Cleanup(undo)
-	if err := syscall.Mount("", dir, "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
-		t.Fatal(err)
-	}
-	return undo
 }
 
 // Reset stopped between its two steps (here: the file cannot be removed,
@@ -519,8 +405,8 @@ func TestResetInterruptedBeforeTheFileGoesDoesNotBringTheConfigBack(t *testing.T
 	f := newFixture(t)
 	f.assign(t, "1", "a: 1\n")
 	f.promote(t, "1")
-	undo := readOnly(t, f.target.Dir)
-	if _, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{}); err == nil {
+	undo := readonly.Mount(t, f.target.Dir)
+	if _, err := f.node.Reset(0, ""); err == nil {
 		t.Fatal("Reset removed a file in a read-only directory")
 	}
 	undo()
@@ -544,11 +430,11 @@ func TestRunGCCountsEverySweep(t *testing.T) {
 	f.put(t, "1", "a: 1\n")
 	gctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); f.svc.RunGC(gctx, time.Millisecond, time.Hour) }()
+	go func() { defer close(done); f.node.RunGC(gctx, time.Millisecond, time.Hour) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(f.svc.metrics.sweeps) < 3 {
+	for testutil.ToFloat64(f.node.metrics.sweeps) < 3 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%v sweeps counted in 10 s at a 1 ms interval", testutil.ToFloat64(f.svc.metrics.sweeps))
+			t.Fatalf("%v sweeps counted in 10 s at a 1 ms interval", testutil.ToFloat64(f.node.metrics.sweeps))
 		}
 		time.Sleep(time.Millisecond)
 	}

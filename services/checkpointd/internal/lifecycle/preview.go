@@ -10,47 +10,60 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
-// PreviewConfig shows what the consumer would run with a payload in the
-// place of the node's file, and whether activation would accept it. It
+// Preview is what the consumer would run with a payload in the place of
+// the node's file, and whether activation would accept it.
+type Preview struct {
+	// Files are the files the consumer reads, in its order.
+	Files []string
+	// Current and Candidate are its configuration now and with the
+	// payload: merged with the node's other files when Merged.
+	Current, Candidate string
+	Merged             bool
+	// Refused says why activation would refuse the payload (empty: it
+	// would not).
+	Refused string
+}
+
+// Preview shows what the consumer would run with payload, judged by v. It
 // writes nothing and takes no lock: it reads files the node keeps.
-func (s *Service) PreviewConfig(ctx context.Context, req *nodeconfigv1.PreviewConfigRequest) (*nodeconfigv1.PreviewConfigResponse, error) {
-	onDisk, err := os.ReadFile(s.target.Path())
+func (n *Node) Preview(ctx context.Context, payload []byte, v nodeconfigv1.Validator) (Preview, error) {
+	onDisk, err := os.ReadFile(n.target.Path())
 	if errors.Is(err, fs.ErrNotExist) {
 		onDisk, err = nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", s.target.Path(), err)
+		return Preview{}, fmt.Errorf("read %s: %w", n.target.Path(), err)
 	}
-	resp := &nodeconfigv1.PreviewConfigResponse{}
-	if req.GetValidator() != nodeconfigv1.Validator_VALIDATOR_KUBELET || s.kubelet == nil {
-		resp.Files, resp.Current = []string{s.target.Path()}, string(onDisk)
-		if err := s.judge(req.GetValidator(), req.GetPayload()); err != nil {
-			resp.Refused = err.Error()
+	var p Preview
+	if v != nodeconfigv1.Validator_VALIDATOR_KUBELET || n.kubelet == nil {
+		p.Files, p.Current = []string{n.target.Path()}, string(onDisk)
+		if err := n.judge(v, payload); err != nil {
+			p.Refused = err.Error()
 		} else {
-			resp.Candidate = string(req.GetPayload())
+			p.Candidate = string(payload)
 		}
-		return resp, nil
+		return p, nil
 	}
-	resp.Merged = true
-	if now, err := s.kubelet.Effective(ctx, onDisk); err != nil {
-		resp.Current = fmt.Sprintf("# the kubelet would refuse its files as they are: %v\n", err)
-	} else if resp.Current, err = effectiveYAML(now.YAML()); err != nil {
-		return nil, err
+	p.Merged = true
+	if now, err := n.kubelet.Effective(ctx, onDisk); err != nil {
+		p.Current = fmt.Sprintf("# the kubelet would refuse its files as they are: %v\n", err)
+	} else if p.Current, err = effectiveYAML(now.YAML()); err != nil {
+		return Preview{}, err
 	}
 	var candidate []byte // none: the local default, the file removed
-	if len(req.GetPayload()) > 0 {
-		candidate = req.GetPayload()
+	if len(payload) > 0 {
+		candidate = payload
 	}
-	then, err := s.kubelet.Effective(ctx, candidate)
+	then, err := n.kubelet.Effective(ctx, candidate)
 	if err != nil {
-		resp.Refused = err.Error()
-		return resp, nil
+		p.Refused = err.Error()
+		return p, nil
 	}
-	resp.Files = then.Files
-	if resp.Candidate, err = effectiveYAML(then.YAML()); err != nil {
-		return nil, err
+	p.Files = then.Files
+	if p.Candidate, err = effectiveYAML(then.YAML()); err != nil {
+		return Preview{}, err
 	}
-	return resp, nil
+	return p, nil
 }
 
 func effectiveYAML(b []byte, err error) (string, error) {

@@ -31,21 +31,21 @@ func kubeletNode(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f.svc = New(Options{Store: f.store, Target: f.target, Kubelet: &kubeletcheck.Node{BaseConfig: base, DropInDir: f.target.Dir, Own: f.target.Path()}})
+	f.node = New(Options{Store: f.store, Target: f.target, Kubelet: &kubeletcheck.Node{BaseConfig: base, DropInDir: f.target.Dir, Own: f.target.Path()}})
 	return f
 }
 
 func (f *fixture) assignKubelet(t *testing.T, rv, content string) nodeconfigv1.ActivateOutcome {
 	t.Helper()
 	f.put(t, rv, content)
-	if _, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src(rv), SoakSeconds: 60, Validator: nodeconfigv1.Validator_VALIDATOR_KUBELET}); err != nil {
+	if _, err := f.node.Assign(Assignment{Source: src(rv), SoakSeconds: 60, Validator: nodeconfigv1.Validator_VALIDATOR_KUBELET}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := f.svc.Activate(ctx, &nodeconfigv1.ActivateRequest{})
+	outcome, _, err := f.node.Activate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.GetOutcome()
+	return outcome
 }
 
 // A drop-in valid alone but refused merged with the node's base config is
@@ -72,18 +72,18 @@ func TestKubeletDropInRefusedMergedWithTheNodesFilesIsNeverWritten(t *testing.T)
 
 func TestPreviewMergesThePayloadWithTheNodesFilesAndWritesNothing(t *testing.T) {
 	f := kubeletNode(t)
-	resp, err := f.svc.PreviewConfig(ctx, &nodeconfigv1.PreviewConfigRequest{Payload: []byte(kubeletHeader + "maxPods: 57\n"), Validator: nodeconfigv1.Validator_VALIDATOR_KUBELET})
+	p, err := f.node.Preview(ctx, []byte(kubeletHeader+"maxPods: 57\n"), nodeconfigv1.Validator_VALIDATOR_KUBELET)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !resp.GetMerged() || resp.GetRefused() != "" {
-		t.Fatalf("merged %v refused %q", resp.GetMerged(), resp.GetRefused())
+	if !p.Merged || p.Refused != "" {
+		t.Fatalf("merged %v refused %q", p.Merged, p.Refused)
 	}
-	if !strings.Contains(resp.GetCurrent(), "maxPods: 80") || !strings.Contains(resp.GetCandidate(), "maxPods: 57") {
-		t.Fatalf("current (want maxPods 80 from the site drop-in):\n%s\ncandidate (want 57):\n%s", resp.GetCurrent(), resp.GetCandidate())
+	if !strings.Contains(p.Current, "maxPods: 80") || !strings.Contains(p.Candidate, "maxPods: 57") {
+		t.Fatalf("current (want maxPods 80 from the site drop-in):\n%s\ncandidate (want 57):\n%s", p.Current, p.Candidate)
 	}
-	if len(resp.GetFiles()) != 3 || resp.GetFiles()[2] != f.target.Path() {
-		t.Fatalf("files %v, want base, site drop-in, ours", resp.GetFiles())
+	if len(p.Files) != 3 || p.Files[2] != f.target.Path() {
+		t.Fatalf("files %v, want base, site drop-in, ours", p.Files)
 	}
 	if _, there := f.targetContent(t); there {
 		t.Fatal("a preview wrote the target file")
@@ -92,12 +92,12 @@ func TestPreviewMergesThePayloadWithTheNodesFilesAndWritesNothing(t *testing.T) 
 		t.Fatalf("a preview changed the records: %v", r)
 	}
 
-	refused, err := f.svc.PreviewConfig(ctx, &nodeconfigv1.PreviewConfigRequest{Payload: []byte(kubeletHeader + "hairpinMode: bogus\n"), Validator: nodeconfigv1.Validator_VALIDATOR_KUBELET})
+	refused, err := f.node.Preview(ctx, []byte(kubeletHeader+"hairpinMode: bogus\n"), nodeconfigv1.Validator_VALIDATOR_KUBELET)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(refused.GetRefused(), "hairpinMode") || refused.GetCandidate() != "" {
-		t.Fatalf("refused %q candidate %q", refused.GetRefused(), refused.GetCandidate())
+	if !strings.Contains(refused.Refused, "hairpinMode") || refused.Candidate != "" {
+		t.Fatalf("refused %q candidate %q", refused.Refused, refused.Candidate)
 	}
 }
 
@@ -107,18 +107,20 @@ func TestPreviewMergesThePayloadWithTheNodesFilesAndWritesNothing(t *testing.T) 
 func TestTheNodeRecordsWhichNodeConfigItFollows(t *testing.T) {
 	f := newFixture(t)
 	f.put(t, "1", "a: 1\n")
-	resp, err := f.svc.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src("1"), SoakSeconds: 60, NodeConfig: "pool-a"})
+	a := assignment("1", 60)
+	a.NodeConfig = "pool-a"
+	assigned, err := f.node.Assign(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := resp.GetRecords().GetAssigned().GetNodeConfig(); got != "pool-a" {
+	if got := assigned.GetAssigned().GetNodeConfig(); got != "pool-a" {
 		t.Fatalf("assigned record names NodeConfig %q, want pool-a", got)
 	}
-	reset, err := f.svc.Reset(ctx, &nodeconfigv1.ResetRequest{SoakSeconds: 60, NodeConfig: "pool-a"})
+	reset, err := f.node.Reset(60, "pool-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := f.records(t).GetLastReset(); r.GetNodeConfig() != "pool-a" || r.GetFrom().GetResourceVersion() != "1" || reset.GetRecords().GetLastReset().GetNodeConfig() != "pool-a" {
+	if r := f.records(t).GetLastReset(); r.GetNodeConfig() != "pool-a" || r.GetFrom().GetResourceVersion() != "1" || reset.GetLastReset().GetNodeConfig() != "pool-a" {
 		t.Fatalf("reset record %v, want it to name pool-a and the config it left", r)
 	}
 }

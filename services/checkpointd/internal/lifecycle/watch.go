@@ -1,34 +1,38 @@
 package lifecycle
 
 import (
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"fmt"
+	"sync"
 
-	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/store"
 )
 
-// WatchRecords streams the current records, then every change.
-func (s *Service) WatchRecords(_ *nodeconfigv1.WatchRecordsRequest, stream nodeconfigv1.CheckpointService_WatchRecordsServer) error {
-	w, ok, err := s.store.Watch(s.maxWatchers)
+// Watch follows the records: its channel first holds the current ones,
+// then the latest after each change. Done is closed when the store closes.
+type Watch struct {
+	*store.Watch
+	stop sync.Once
+	n    *Node
+}
+
+// Watch starts a records watch, or fails with ErrTooManyWatchers when
+// every place is taken.
+func (n *Node) Watch() (*Watch, error) {
+	w, ok, err := n.store.Watch(n.maxWatchers)
 	if err != nil {
-		return storeError(err)
+		return nil, err
 	}
 	if !ok {
-		return status.Errorf(codes.ResourceExhausted, "too many watchers (at most %d); retry later", s.maxWatchers)
+		return nil, fmt.Errorf("%w (at most %d)", ErrTooManyWatchers, n.maxWatchers)
 	}
-	defer w.Stop()
-	s.metrics.watchers.Inc()
-	defer s.metrics.watchers.Dec()
-	for {
-		select {
-		case <-stream.Context().Done():
-			return nil
-		case <-w.Done():
-			return status.Error(codes.Unavailable, "checkpointd is stopping")
-		case recs := <-w.C:
-			if err := stream.Send(&nodeconfigv1.WatchRecordsResponse{Records: recs}); err != nil {
-				return err
-			}
-		}
-	}
+	n.metrics.watchers.Inc()
+	return &Watch{Watch: w, n: n}, nil
+}
+
+// Stop ends the watch and gives its place back.
+func (w *Watch) Stop() {
+	w.stop.Do(func() {
+		w.n.metrics.watchers.Dec()
+		w.Watch.Stop()
+	})
 }
