@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/checkpointd/readonly"
+	"nodeconfig.io/services/servekit/readonlymount"
 	"nodeconfig.io/test/sim"
 )
 
@@ -35,7 +35,7 @@ func TestReadOnlyDirectoriesFailClearlyAndRecover(t *testing.T) {
 	}
 
 	// Target directory read-only while running.
-	undoTarget := readonly.Mount(t, targetDir)
+	undoTarget := readonlymount.Mount(t, targetDir)
 	err = cycle(ctx, client, 2)
 	if err == nil || !strings.Contains(err.Error(), "read-only file system") {
 		t.Fatalf("activating onto a read-only target dir: %v, want an error naming it", err)
@@ -64,7 +64,7 @@ func TestReadOnlyDirectoriesFailClearlyAndRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	undoState := readonly.Mount(t, stateDir)
+	undoState := readonlymount.Mount(t, stateDir)
 	if err := p.Restart(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/checkpointd/readonly"
+	"nodeconfig.io/services/servekit/readonlymount"
 	"nodeconfig.io/test/proc"
 )
 
@@ -26,7 +26,7 @@ func TestActivationFailureIsAnEarlyErrorAndTheSoakStartsAtActivation(t *testing.
 		return rv(st.LastKnownGood) == v1.ResourceVersion && reasonIs(c, "Active")
 	})
 
-	undo := readonly.Mount(t, n.TargetDir)
+	undo := readonlymount.Mount(t, n.TargetDir)
 	v2 := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: 90\n"})
 	e.waitNode(n.Name, 20*time.Second, "the failed activation reported", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return rv(st.Assigned) == v2.ResourceVersion && rv(st.Active) == v1.ResourceVersion && rv(st.LastKnownGood) == v1.ResourceVersion &&

@@ -17,7 +17,7 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
-	"nodeconfig.io/services/checkpointd/readonly"
+	"nodeconfig.io/services/servekit/readonlymount"
 )
 
 type fixture struct {
@@ -405,7 +405,7 @@ func TestResetInterruptedBeforeTheFileGoesDoesNotBringTheConfigBack(t *testing.T
 	f := newFixture(t)
 	f.assign(t, "1", "a: 1\n")
 	f.promote(t, "1")
-	undo := readonly.Mount(t, f.target.Dir)
+	undo := readonlymount.Mount(t, f.target.Dir)
 	if _, err := f.node.Reset(0, ""); err == nil {
 		t.Fatal("Reset removed a file in a read-only directory")
 	}

@@ -1,9 +1,8 @@
-// Package readonly makes a directory a real read-only filesystem for a
+// Package readonlymount makes a directory a real read-only filesystem for a
 // test: root ignores permission bits, so only a read-only mount stops it.
-// It lives beside checkpointd, whose target and state directories it
-// makes read-only, so that checkpointd's own tests and those under test/
-// share it.
-package readonly
+// It lives with what the services share so that checkpointd's own tests and
+// those under test/ use one copy.
+package readonlymount
 
 import (
 	"errors"
