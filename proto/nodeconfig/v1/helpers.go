@@ -1,6 +1,7 @@
 package nodeconfigv1
 
 import (
+	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -27,6 +28,15 @@ func (r *Records) Status() *NodeConfigStatus {
 		LastKnownGood: r.GetLastKnownGood().GetSource(),
 		Error:         r.GetError().GetError().GetMessage(),
 	}
+}
+
+// Describe names the config in a message a user reads; nil is the local
+// default.
+func (s *ConfigSource) Describe() string {
+	if s == nil {
+		return "the local default"
+	}
+	return fmt.Sprintf("ConfigMap %s/%s key %s (resourceVersion %s)", s.GetNamespace(), s.GetName(), s.GetKey(), s.GetResourceVersion())
 }
 
 // SameSource reports whether a and b name the same config (nil: the local

@@ -128,7 +128,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING:
 		*failures = 0
 		g.seen = nil
-		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", describe(active))
+		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", active.Describe())
 		if err := g.Restarter.Restart(ctx); err != nil {
 			g.Log.Error("restart the consumer", "err", err)
 			_, _ = g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, "restart failed, retrying: "+err.Error())
@@ -139,7 +139,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING:
 		healthy, detail := g.Prober.Probe(ctx)
 		if !healthy && g.crashLooping() {
-			g.fail(active, fmt.Sprintf("the consumer is crash-looping on %s: %d processes since its restart, none healthy: %s", describe(active), len(g.seen), detail))
+			g.fail(active, fmt.Sprintf("the consumer is crash-looping on %s: %d processes since its restart, none healthy: %s", active.Describe(), len(g.seen), detail))
 			g.seen = nil
 			return 0
 		}
@@ -149,7 +149,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			return g.retry(err)
 		}
 		if since := c.GetSince().AsTime(); time.Since(since) > g.HealthTimeout {
-			g.fail(active, fmt.Sprintf("the consumer did not become healthy within %s of its restart onto %s: %s", g.HealthTimeout, describe(active), detail))
+			g.fail(active, fmt.Sprintf("the consumer did not become healthy within %s of its restart onto %s: %s", g.HealthTimeout, active.Describe(), detail))
 			return 0
 		}
 		// Often enough to see each short-lived process of a crash loop.
@@ -164,7 +164,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		g.Log.Warn("consumer probe failed", "failures", *failures, "detail", detail)
 		if *failures >= g.FailureThreshold {
 			*failures = 0
-			g.fail(active, fmt.Sprintf("the consumer turned unhealthy on %s (%d failed probes in a row): %s", describe(active), g.FailureThreshold, detail))
+			g.fail(active, fmt.Sprintf("the consumer turned unhealthy on %s (%d failed probes in a row): %s", active.Describe(), g.FailureThreshold, detail))
 			return 0
 		}
 		return time.Second
@@ -218,11 +218,4 @@ func (g *Gate) retry(err error) time.Duration {
 		return g.Period
 	}
 	return 0
-}
-
-func describe(src *nodeconfigv1.ConfigSource) string {
-	if src == nil {
-		return "the local default"
-	}
-	return fmt.Sprintf("ConfigMap %s/%s key %s (resourceVersion %s)", src.GetNamespace(), src.GetName(), src.GetKey(), src.GetResourceVersion())
 }

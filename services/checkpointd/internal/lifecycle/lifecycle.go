@@ -17,14 +17,16 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
 	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/configcheck/kubeletcheck"
 )
 
-// DefaultSoakSeconds is the seeds' 10-minute soak.
-const DefaultSoakSeconds = 600
+// DefaultSoakSeconds is the soak of an assignment that sets none: that of a
+// NodeConfig that sets none.
+const DefaultSoakSeconds = v1alpha1.DefaultSoakSeconds
 
 // Node is one node's config lifecycle: its store, the target file the
 // active config is written to, and the consumer of that file.
@@ -156,14 +158,14 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 	}
 	content, reason, loadErr := n.load(assigned.GetSource(), assigned.GetValidator())
 	if loadErr != nil {
-		recs, err := n.rollBackLocked(reason, fmt.Sprintf("%s %s: %v", describe(assigned.GetSource()), reasonVerb(reason), loadErr))
+		recs, err := n.rollBackLocked(reason, fmt.Sprintf("%s %s: %v", describeExactly(assigned.GetSource()), reasonVerb(reason), loadErr))
 		if err != nil {
 			return 0, nil, err
 		}
 		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, recs, nil
 	}
 	if err := n.target.Write(content); err != nil {
-		return 0, nil, n.writeFailedLocked(fmt.Sprintf("cannot write %s to %s: %v", describe(assigned.GetSource()), n.target.Path(), err), err)
+		return 0, nil, n.writeFailedLocked(fmt.Sprintf("cannot write %s to %s: %v", describeExactly(assigned.GetSource()), n.target.Path(), err), err)
 	}
 	recs, err = n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		changed := false
@@ -220,7 +222,7 @@ func (n *Node) rollBackLocked(reason, message string) (*nodeconfigv1.Records, er
 	}
 	if _, err := n.target.Ensure(content); err != nil {
 		// Nothing is recorded as rolled back until the file says so.
-		return nil, n.writeFailedLocked(fmt.Sprintf("cannot roll back to %s at %s: %v", describe(fallback.GetSource()), n.target.Path(), err), err)
+		return nil, n.writeFailedLocked(fmt.Sprintf("cannot roll back to %s at %s: %v", describeExactly(fallback.GetSource()), n.target.Path(), err), err)
 	}
 	recs, err = n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		switched := !proto.Equal(r.GetActive().GetSource(), fallback.GetSource())
@@ -243,7 +245,7 @@ func (n *Node) rollBackLocked(reason, message string) (*nodeconfigv1.Records, er
 	}
 	n.metrics.rollbacks.Inc()
 	n.wakeConsumer()
-	n.log.Warn("rolled back", "reason", reason, "message", message, "active", describe(recs.GetActive().GetSource()))
+	n.log.Warn("rolled back", "reason", reason, "message", message, "active", describeExactly(recs.GetActive().GetSource()))
 	return recs, nil
 }
 
@@ -256,19 +258,19 @@ func (n *Node) Promote(src *nodeconfigv1.ConfigSource) (*nodeconfigv1.Records, e
 	recs, err := n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		switch {
 		case !proto.Equal(r.GetAssigned().GetSource(), src):
-			refusal = fmt.Errorf("%s is not assigned (assigned: %s)", describe(src), describe(r.GetAssigned().GetSource()))
+			refusal = fmt.Errorf("%s is not assigned (assigned: %s)", describeExactly(src), describeExactly(r.GetAssigned().GetSource()))
 		case !proto.Equal(r.GetActive().GetSource(), src):
-			refusal = fmt.Errorf("%s is not active (active: %s)", describe(src), describe(r.GetActive().GetSource()))
+			refusal = fmt.Errorf("%s is not active (active: %s)", describeExactly(src), describeExactly(r.GetActive().GetSource()))
 		case r.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
-			refusal = fmt.Errorf("%s has a late error: %s", describe(src), r.GetError().GetError().GetMessage())
+			refusal = fmt.Errorf("%s has a late error: %s", describeExactly(src), r.GetError().GetError().GetMessage())
 		case proto.Equal(r.GetLastKnownGood().GetSource(), src):
 		case r.SoakStart().IsZero():
-			refusal = fmt.Errorf("%s has not begun its soak: the consumer is %s on it", describe(src), consumerPhase(r))
+			refusal = fmt.Errorf("%s has not begun its soak: the consumer is %s on it", describeExactly(src), consumerPhase(r))
 		case now.AsTime().Before(r.SoakEnd()):
 			// The soak is the node's own fact (from when the config became
 			// active, or the consumer healthy on it), so the node enforces it
 			// whoever asks.
-			refusal = fmt.Errorf("%s is soaking until %s", describe(src), r.SoakEnd().UTC().Format(time.RFC3339))
+			refusal = fmt.Errorf("%s is soaking until %s", describeExactly(src), r.SoakEnd().UTC().Format(time.RFC3339))
 		}
 		if refusal != nil || proto.Equal(r.GetLastKnownGood().GetSource(), src) {
 			return false, nil
@@ -385,7 +387,7 @@ func (n *Node) repairLocked() (bool, error) {
 	active := recs.GetActive().GetSource()
 	content, err := n.content(active)
 	if err != nil {
-		if _, rbErr := n.rollBackLocked(configcheck.ReasonLoadFailed, fmt.Sprintf("active %s no longer loads: %v", describe(active), err)); rbErr != nil {
+		if _, rbErr := n.rollBackLocked(configcheck.ReasonLoadFailed, fmt.Sprintf("active %s no longer loads: %v", describeExactly(active), err)); rbErr != nil {
 			return false, rbErr
 		}
 		return true, nil
@@ -394,14 +396,14 @@ func (n *Node) repairLocked() (bool, error) {
 	// with nothing rolled back.
 	changed, err := n.target.Ensure(content)
 	if err != nil {
-		return false, n.writeFailedLocked(fmt.Sprintf("cannot restore %s at %s: %v", describe(active), n.target.Path(), err), err)
+		return false, n.writeFailedLocked(fmt.Sprintf("cannot restore %s at %s: %v", describeExactly(active), n.target.Path(), err), err)
 	}
 	if err := n.clearWriteFailedLocked(); err != nil {
 		return changed, err
 	}
 	if changed {
 		n.metrics.driftRepairs.Inc()
-		n.log.Warn("target file drifted from the active config; rewrote it", "target", n.target.Path(), "active", describe(active))
+		n.log.Warn("target file drifted from the active config; rewrote it", "target", n.target.Path(), "active", describeExactly(active))
 		if n.consumer != nil {
 			// The consumer may have read the drifted file: restart it onto the repaired one.
 			if _, err := n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
@@ -476,7 +478,9 @@ func (n *Node) judge(v nodeconfigv1.Validator, payload []byte) error {
 	return nil
 }
 
-func describe(src *nodeconfigv1.ConfigSource) string {
+// describeExactly names the config with its ConfigMap's uid: the node's own
+// records must tell a ConfigMap from a later one recreated with its name.
+func describeExactly(src *nodeconfigv1.ConfigSource) string {
 	if src == nil {
 		return "the local default"
 	}

@@ -250,9 +250,8 @@ func (s *Store) PutPayload(p Payload) (stored Payload, created bool, err error) 
 	p.SHA256, p.SizeBytes = Digest(p.Data)
 	key := PayloadKey(p.UID, p.ResourceVersion)
 	// Encode before the transaction: bbolt runs a batch's functions one
-	// after another inside its one write transaction, so 32 writers
-	// encoding 64 KiB each in there took turns on one core while the
-	// commit waited (a third of the CPU profile of 32 concurrent puts).
+	// after another inside its one write transaction, so writers encoding
+	// in there would take turns on one core while the commit waits.
 	p.StoredAt = s.now().UTC()
 	buf, err := json.Marshal(p)
 	if err != nil {

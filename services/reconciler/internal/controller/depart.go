@@ -199,7 +199,7 @@ func (c *Controller) everyNodeSeen(syncing string) bool {
 // soakSeconds is nc's soak, defaulted.
 func soakSeconds(nc *v1alpha1.NodeConfig) int64 {
 	if nc.Spec.SoakSeconds == 0 {
-		return 600
+		return v1alpha1.DefaultSoakSeconds
 	}
 	return nc.Spec.SoakSeconds
 }

@@ -126,7 +126,7 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 			return failing(recs, fmt.Errorf("promote: %w", err))
 		}
 		recs = resp.GetRecords()
-		promoted = []Event{{Reason: EventPromoted, Message: fmt.Sprintf("%s stayed active for its %ds soak and is now last-known-good", describe(src), recs.GetAssigned().GetSoakSeconds())}}
+		promoted = []Event{{Reason: EventPromoted, Message: fmt.Sprintf("%s stayed active for its %ds soak and is now last-known-good", src.Describe(), recs.GetAssigned().GetSoakSeconds())}}
 	}
 	res := syncUse(ctx, agent, recs, d, now)
 	res.Events = append(promoted, res.Events...)
@@ -232,19 +232,19 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 		}
 		if _, err := agent.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src, Data: d.Data}); err != nil {
 			e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
-				Message: fmt.Sprintf("checkpoint %s: %v", describe(src), status.Convert(err).Message())}
+				Message: fmt.Sprintf("checkpoint %s: %v", src.Describe(), status.Convert(err).Message())}
 			return earlyError(ctx, agent, recs, e)
 		}
 	}
 	if _, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig}); err != nil {
 		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
-			Message: fmt.Sprintf("record assigned %s: %v", describe(src), status.Convert(err).Message())}
+			Message: fmt.Sprintf("record assigned %s: %v", src.Describe(), status.Convert(err).Message())}
 		return earlyError(ctx, agent, recs, e)
 	}
 	res := activate(ctx, agent, recs, now)
 	// One event per node per change: the activation's (or rollback's) event
 	// says it was just assigned; API writes are what fleets pay for.
-	assigned := fmt.Sprintf("assigned %s (soak %ds)", describe(src), d.SoakSeconds)
+	assigned := fmt.Sprintf("assigned %s (soak %ds)", src.Describe(), d.SoakSeconds)
 	if len(res.Events) > 0 {
 		res.Events[0].Message = assigned + "; " + res.Events[0].Message
 	} else {
@@ -264,11 +264,11 @@ func activate(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, r
 	case nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK:
 		return Result{
 			State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs,
-			Events: []Event{{Warning: true, Reason: EventRolledBack, Message: fmt.Sprintf("%s; rolled back to %s", recs.GetError().GetError().GetMessage(), describe(recs.GetActive().GetSource()))}},
+			Events: []Event{{Warning: true, Reason: EventRolledBack, Message: fmt.Sprintf("%s; rolled back to %s", recs.GetError().GetError().GetMessage(), recs.GetActive().GetSource().Describe())}},
 		}
 	case nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED:
 		res := afterActive(recs, now)
-		res.Events = append([]Event{{Reason: EventActivated, Message: fmt.Sprintf("activated %s", describe(src))}}, res.Events...)
+		res.Events = append([]Event{{Reason: EventActivated, Message: fmt.Sprintf("activated %s", src.Describe())}}, res.Events...)
 		return res
 	default:
 		return Result{State: stateOf(recs), Records: recs}
@@ -367,11 +367,4 @@ func stateOf(recs *nodeconfigv1.Records) nodeconfigv1.LifecycleState {
 	default:
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED
 	}
-}
-
-func describe(src *nodeconfigv1.ConfigSource) string {
-	if src == nil {
-		return "the local default"
-	}
-	return fmt.Sprintf("ConfigMap %s/%s key %s (resourceVersion %s)", src.GetNamespace(), src.GetName(), src.GetKey(), src.GetResourceVersion())
 }

@@ -127,23 +127,23 @@ func ReadyCondition(records RecordsFunc) metav1.Condition {
 		if cfgErr.GetReason() == ReasonConsumerUnhealthy {
 			c.Reason = ReasonConsumerUnhealthy
 		}
-		c.Message = fmt.Sprintf("%s; rolled back to %s", cfgErr.GetMessage(), describe(recs.GetActive().GetSource()))
+		c.Message = fmt.Sprintf("%s; rolled back to %s", cfgErr.GetMessage(), recs.GetActive().GetSource().Describe())
 	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY:
 		c.Status, c.Reason = metav1.ConditionFalse, cfgErr.GetReason()
-		c.Message = fmt.Sprintf("%s; retrying, still using %s", cfgErr.GetMessage(), describe(recs.GetActive().GetSource()))
+		c.Message = fmt.Sprintf("%s; retrying, still using %s", cfgErr.GetMessage(), recs.GetActive().GetSource().Describe())
 	case assigned == nil:
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonLocalDefault
 		c.Message = "no config is assigned; the node uses its local default"
 	case !nodeconfigv1.SameSource(assigned.GetSource(), recs.GetActive().GetSource()):
 		c.Status, c.Reason = metav1.ConditionUnknown, ReasonActivating
-		c.Message = fmt.Sprintf("%s is assigned and about to be activated", describe(assigned.GetSource()))
+		c.Message = fmt.Sprintf("%s is assigned and about to be activated", assigned.GetSource().Describe())
 	case recs.Soaking() && recs.SoakStart().IsZero():
 		c.Status, c.Reason = metav1.ConditionUnknown, ReasonRestarting
-		c.Message = fmt.Sprintf("%s is active; restarting the consumer onto it", describe(assigned.GetSource()))
+		c.Message = fmt.Sprintf("%s is active; restarting the consumer onto it", assigned.GetSource().Describe())
 		if cr := recs.GetConsumer(); cr.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING && nodeconfigv1.SameSource(cr.GetSource(), assigned.GetSource()) {
 			c.Reason = ReasonWaitingForHealth
 			c.Message = fmt.Sprintf("%s is active; the consumer was restarted onto it at %s and is not healthy yet; the soak begins when it is",
-				describe(assigned.GetSource()), cr.GetSince().AsTime().UTC().Format(time.RFC3339))
+				assigned.GetSource().Describe(), cr.GetSince().AsTime().UTC().Format(time.RFC3339))
 		}
 	case recs.GetConsumer().GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY &&
 		nodeconfigv1.SameSource(recs.GetConsumer().GetSource(), recs.GetActive().GetSource()):
@@ -154,10 +154,10 @@ func ReadyCondition(records RecordsFunc) metav1.Condition {
 		// on every sync and turn the status into a heartbeat.
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonSoaking
 		c.Message = fmt.Sprintf("%s is active and on trial until %s (%ds soak); it becomes last-known-good then if still active",
-			describe(assigned.GetSource()), recs.SoakEnd().UTC().Format(time.RFC3339), assigned.GetSoakSeconds())
+			assigned.GetSource().Describe(), recs.SoakEnd().UTC().Format(time.RFC3339), assigned.GetSoakSeconds())
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonActive
-		c.Message = fmt.Sprintf("%s is active and last-known-good", describe(assigned.GetSource()))
+		c.Message = fmt.Sprintf("%s is active and last-known-good", assigned.GetSource().Describe())
 	}
 	return c
 }
@@ -208,13 +208,6 @@ func RemoveCondition(node *corev1.Node, conditionType string) {
 		}
 	}
 	node.Status.Conditions = out
-}
-
-func describe(src *nodeconfigv1.ConfigSource) string {
-	if src == nil {
-		return "the local default"
-	}
-	return fmt.Sprintf("ConfigMap %s/%s key %s (resourceVersion %s)", src.GetNamespace(), src.GetName(), src.GetKey(), src.GetResourceVersion())
 }
 
 // Activating reports the in-between state of a config assigned but not yet
