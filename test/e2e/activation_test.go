@@ -18,13 +18,7 @@ import (
 // runs from that moment, not from the assignment long before.
 func TestActivationFailureIsAnEarlyErrorAndTheSoakStartsAtActivation(t *testing.T) {
 	const soak = 2 * time.Second
-	e := newEnv(t, 1)
-	n := e.nodes[0]
-	v1 := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
-	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(soak / time.Second)})
-	e.waitNode(n.Name, 20*time.Second, "v1 promoted", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
-		return rv(st.LastKnownGood) == v1.ResourceVersion && reasonIs(c, "Active")
-	})
+	e, n, v1 := newPromotedNode(t, soak)
 
 	undo := readonlymount.Mount(t, n.TargetDir)
 	v2 := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: 90\n"})

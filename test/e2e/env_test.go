@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 
 	"nodeconfig.io/test/cluster"
@@ -118,4 +120,19 @@ func (e *env) startReconciler(identity string, args ...string) *sim.Reconciler {
 		e.reconciler = r
 	}
 	return r
+}
+
+// newPromotedNode starts one node and a reconciler, and returns once the
+// node runs v1 of ConfigMap "cfg" (the test's NodeConfig, with soak) as
+// last-known-good.
+func newPromotedNode(t testing.TB, soak time.Duration) (*env, *sim.Node, *corev1.ConfigMap) {
+	t.Helper()
+	e := newEnv(t, 1)
+	n := e.nodes[0]
+	v1 := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(soak / time.Second)})
+	e.waitNode(n.Name, 20*time.Second, "v1 promoted", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return rv(st.LastKnownGood) == v1.ResourceVersion && reasonIs(c, "Active")
+	})
+	return e, n, v1
 }

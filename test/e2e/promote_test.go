@@ -22,13 +22,7 @@ import (
 // and a later bad version rolls back to it, not to the one before.
 func TestActiveConfigIsPromotedAfterItsConfigMapIsDeleted(t *testing.T) {
 	const soak = 2 * time.Second
-	e := newEnv(t, 1)
-	n := e.nodes[0]
-	v1 := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
-	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(soak / time.Second)})
-	e.waitNode(n.Name, 20*time.Second, "v1 promoted", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
-		return rv(st.LastKnownGood) == v1.ResourceVersion && reasonIs(c, "Active")
-	})
+	e, n, _ := newPromotedNode(t, soak)
 	v2 := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: 90\n"})
 	e.waitNode(n.Name, 20*time.Second, "v2 soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return rv(st.Active) == v2.ResourceVersion && reasonIs(c, "Soaking")
