@@ -1,6 +1,7 @@
-package lifecycle
+package grpcapi
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -13,16 +14,18 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
 )
 
-// Benchmarks run with fsync on, on the same disk, next to a raw bbolt
-// Update of the same size: the physical floor. `make bench` runs them.
+// Benchmarks call the gRPC service (request checks and the node's
+// lifecycle) with fsync on, on the same disk, next to a raw bbolt Update of
+// the same size: the physical floor. `make bench` runs them.
 
 var payload64KiB = strings.Repeat("x", 64<<10)
 
-func durableFixture(b *testing.B) (*Node, *store.Store) {
+func durableFixture(b *testing.B) (*Service, *store.Store) {
 	b.Helper()
 	dir := b.TempDir()
 	st, err := store.Open(filepath.Join(dir, "c.db"), store.Options{})
@@ -30,7 +33,7 @@ func durableFixture(b *testing.B) (*Node, *store.Store) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	return New(Options{Store: st, Target: materialize.Target{Dir: filepath.Join(dir, "target"), Name: "config.yaml"}}), st
+	return New(lifecycle.New(lifecycle.Options{Store: st, Target: materialize.Target{Dir: filepath.Join(dir, "target"), Name: "config.yaml"}})), st
 }
 
 func rawBolt(b *testing.B) *bolt.DB {
@@ -66,10 +69,10 @@ func BenchmarkPutCheckpoint64KiB(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		start := time.Now()
-		_, _, err := node.PutCheckpoint(
-			&nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: fmt.Sprint(i), Key: "k"},
-			map[string]string{"k": payload64KiB},
-		)
+		_, err := node.PutCheckpoint(context.Background(), &nodeconfigv1.PutCheckpointRequest{
+			Source: &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: fmt.Sprint(i), Key: "k"},
+			Data:   map[string]string{"k": payload64KiB},
+		})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -103,10 +106,10 @@ func BenchmarkPutCheckpointConcurrent(b *testing.B) {
 				defer wg.Done()
 				for range perWriter {
 					v := seq.Add(1)
-					_, _, err := node.PutCheckpoint(
-						&nodeconfigv1.ConfigSource{Uid: "u", ResourceVersion: fmt.Sprint(v), Key: "k"},
-						map[string]string{"k": payload64KiB},
-					)
+					_, err := node.PutCheckpoint(context.Background(), &nodeconfigv1.PutCheckpointRequest{
+						Source: &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: fmt.Sprint(v), Key: "k"},
+						Data:   map[string]string{"k": payload64KiB},
+					})
 					if err != nil {
 						b.Error(err)
 						return
@@ -131,7 +134,7 @@ func BenchmarkPutCheckpointConcurrent(b *testing.B) {
 	b.ReportMetric(many/one, "speedup")
 }
 
-// BenchmarkActivate measures Assign + Activate of a 64 KiB config:
+// BenchmarkActivate measures SetAssigned + Activate of a 64 KiB config:
 // validation, the atomic file write with fsyncs, and the record commit.
 func BenchmarkActivate(b *testing.B) {
 	node, _ := durableFixture(b)
@@ -139,17 +142,17 @@ func BenchmarkActivate(b *testing.B) {
 	for i := range b.N {
 		src := &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: fmt.Sprint(i), Key: "k"}
 		b.StopTimer()
-		if _, _, err := node.PutCheckpoint(src, map[string]string{"k": "a: \"" + payload64KiB + "\"\n"}); err != nil {
+		if _, err := node.PutCheckpoint(context.Background(), &nodeconfigv1.PutCheckpointRequest{Source: src, Data: map[string]string{"k": "a: \"" + payload64KiB + "\"\n"}}); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 		start := time.Now()
-		if _, err := node.Assign(Assignment{Source: src, SoakSeconds: DefaultSoakSeconds, Validator: nodeconfigv1.Validator_VALIDATOR_YAML}); err != nil {
+		if _, err := node.SetAssigned(context.Background(), &nodeconfigv1.SetAssignedRequest{Source: src, Validator: nodeconfigv1.Validator_VALIDATOR_YAML}); err != nil {
 			b.Fatal(err)
 		}
-		outcome, _, err := node.Activate()
-		if err != nil || outcome != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED {
-			b.Fatal(outcome, err)
+		resp, err := node.Activate(context.Background(), &nodeconfigv1.ActivateRequest{})
+		if err != nil || resp.GetOutcome() != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED {
+			b.Fatal(resp.GetOutcome(), err)
 		}
 		lat = append(lat, time.Since(start))
 	}
