@@ -4,7 +4,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"strings"
@@ -12,38 +11,31 @@ import (
 	// Maintenance windows name IANA time zones; the image has no zoneinfo.
 	_ "time/tzdata"
 
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
-	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/server"
 	"nodeconfig.io/services/servekit"
 )
 
-func main() { servekit.Main(run) }
-
-type agentAddresses map[string]string
-
-func (a agentAddresses) String() string { return fmt.Sprint(map[string]string(a)) }
-func (a agentAddresses) Set(v string) error {
-	node, addr, ok := strings.Cut(v, "=")
-	if !ok || node == "" || addr == "" {
-		return fmt.Errorf("want NODE=HOST:PORT or NODE=unix:///path, got %q", v)
-	}
-	a[node] = addr
-	return nil
+func main() {
+	servekit.Command{
+		Name: "reconciler", Listen: "127.0.0.1:7603", MetricsAddr: "127.0.0.1:9603",
+		Usage: "Rolls NodeConfigs out to nodes: checkpoint, assign, activate, soak, promote, roll back.",
+	}.Main(new(options))
 }
 
-func run() error {
-	fs := flag.NewFlagSet("reconciler", flag.ContinueOnError)
-	var sf servekit.Flags
-	sf.Register(fs, "127.0.0.1:7603", "127.0.0.1:9603")
-	var o server.Options
-	var le server.LeaderElection
-	a := &o.Agents
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file; empty means in-cluster config")
+// options are the reconciler's own flags.
+type options struct {
+	kubeconfig string
+	// The reconciler but for its clients and logger, which Run adds.
+	server      server.Options
+	leaderElect bool
+	election    server.LeaderElection
+}
+
+// Register implements servekit.Service.
+func (o *options) Register(fs *flag.FlagSet) {
+	a, le := &o.server.Agents, &o.election
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster config")
 	static := agentAddresses{}
 	a.Addresses = static
 	fs.Var(static, "agent-address", "a node's checkpointd as NODE=HOST:PORT or NODE=unix:///path (repeatable; local runs and tests)")
@@ -57,64 +49,30 @@ func run() error {
 	fs.StringVar(&a.TokenServiceAccount, "agent-token-service-account", "", "NAMESPACE/NAME of the ServiceAccount whose tokens the reconciler requests for the agents (its own)")
 	fs.DurationVar(&a.TokenLifetime, "agent-token-lifetime", agents.DefaultTokenLifetime, "life asked for each node's token (at least 10m: the API server refuses a shorter TokenRequest); a token is replaced at 80 % of the life granted")
 	fs.DurationVar(&a.TokenRenewAfter, "agent-token-renew-after", 0, "replace each node's token this long after it was minted, if sooner than 80 % of its life (0: at 80 %; tests, to see renewals within seconds)")
-	fs.BoolVar(&o.NodeValidationOnly, "node-validation-only", false, "do not validate a new version before assigning it; leave validation to the nodes (on activation), e.g. while their validator is newer than this reconciler's")
-	fs.StringVar(&o.NodeEvents, "node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
+	fs.BoolVar(&o.server.NodeValidationOnly, "node-validation-only", false, "do not validate a new version before assigning it; leave validation to the nodes (on activation), e.g. while their validator is newer than this reconciler's")
+	fs.StringVar(&o.server.NodeEvents, "node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
 	fs.IntVar(&a.MaxConnections, "agent-max-connections", 256, "most agent connections kept open (least recently used closed first)")
-	fs.IntVar(&o.Workers, "workers", 16, "concurrent node syncs (each mostly waits on its agent, so more than the cores)")
-	fs.DurationVar(&o.BaseDelay, "retry-base-delay", 2*time.Second, "first retry delay after an early error (doubles per failure)")
-	fs.DurationVar(&o.MaxDelay, "retry-max-delay", 2*time.Minute, "cap of the retry delay")
-	leaderElect := fs.Bool("leader-elect", true, "elect one active replica through a Lease")
+	fs.IntVar(&o.server.Workers, "workers", 16, "concurrent node syncs (each mostly waits on its agent, so more than the cores)")
+	fs.DurationVar(&o.server.BaseDelay, "retry-base-delay", 2*time.Second, "first retry delay after an early error (doubles per failure)")
+	fs.DurationVar(&o.server.MaxDelay, "retry-max-delay", 2*time.Minute, "cap of the retry delay")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect one active replica through a Lease")
 	fs.StringVar(&le.Namespace, "leader-elect-namespace", "nodeconfig-system", "namespace of the Lease")
 	fs.StringVar(&le.Name, "leader-elect-name", "nodeconfig-reconciler", "name of the Lease")
 	fs.DurationVar(&le.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a lost leader's lease blocks the others")
 	fs.DurationVar(&le.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before giving up")
 	fs.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire the lease")
 	fs.StringVar(&le.Identity, "identity", "", "leader election identity (default hostname_pid)")
-	if err := servekit.Parse(fs, "reconciler", "Rolls NodeConfigs out to nodes: checkpoint, assign, activate, soak, promote, roll back."); err != nil {
-		return err
-	}
-	var err error
-	if o.Log, err = sf.Logger("reconciler"); err != nil {
-		return err
-	}
-	restCfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	if err != nil {
-		return fmt.Errorf("kubernetes client config: %w", err)
-	}
-	restCfg.UserAgent = "nodeconfig-reconciler"
-	restCfg.QPS, restCfg.Burst = 100, 200
-	kube, err := kubernetes.NewForConfig(restCfg)
-	if err != nil {
-		return err
-	}
-	if o.Dynamic, err = dynamic.NewForConfig(restCfg); err != nil {
-		return err
-	}
-	o.Kube = kube
-	if *leaderElect {
-		o.LeaderElection = &le
-	}
-	rec, err := server.New(o)
-	if err != nil {
-		return err
-	}
+}
 
-	sf.TokenReviews = kube.AuthenticationV1().TokenReviews()
-	sf.SigningKeys = servekit.SigningKeys(kube.AuthenticationV1().RESTClient())
-	sf.MetricsClients = servekit.MetricsClients{Authentication: kube.AuthenticationV1(), Authorization: kube.AuthorizationV1()}
-	srv, err := servekit.New(sf, o.Log)
-	if err != nil {
-		return err
-	}
-	rec.Register(srv.GRPC, srv.Registry)
+// agentAddresses is --agent-address: NODE=ADDRESS, repeatable.
+type agentAddresses map[string]string
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		if err := rec.Run(ctx); err != nil {
-			o.Log.Error("leader election", "err", err)
-			cancel()
-		}
-	}()
-	return srv.Serve(ctx, nodeconfigv1.ReconcilerService_ServiceDesc.ServiceName)
+func (a agentAddresses) String() string { return fmt.Sprint(map[string]string(a)) }
+func (a agentAddresses) Set(v string) error {
+	node, addr, ok := strings.Cut(v, "=")
+	if !ok || node == "" || addr == "" {
+		return fmt.Errorf("want NODE=HOST:PORT or NODE=unix:///path, got %q", v)
+	}
+	a[node] = addr
+	return nil
 }

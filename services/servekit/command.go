@@ -1,8 +1,11 @@
 package servekit
 
 import (
+	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
+	"os"
 
 	"google.golang.org/grpc"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
@@ -34,26 +37,39 @@ type Service interface {
 // Process is a service binary whose flags are parsed.
 type Process struct {
 	Log   *slog.Logger
-	flags Flags
+	flags commonFlags
 }
 
-// Main runs s as the command and exits non-zero with its error.
+// Main runs s as the command and exits non-zero with its error; --help
+// prints the usage and exits 0.
 func (c Command) Main(s Service) {
-	Main(func() error {
-		fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
-		p := &Process{}
-		p.flags.Register(fs, c.Listen, c.MetricsAddr)
-		s.Register(fs)
-		if err := Parse(fs, c.Name, c.Usage); err != nil {
-			return err
+	if err := c.run(s); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func (c Command) run(s Service) error {
+	fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n%s\n\nFlags:\n", c.Name, c.Usage)
+		fs.PrintDefaults()
+	}
+	p := &Process{}
+	p.flags.Register(fs, c.Listen, c.MetricsAddr)
+	s.Register(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
 		}
-		log, err := p.flags.Logger(c.Name)
-		if err != nil {
-			return err
-		}
-		p.Log = log
-		return s.Run(p)
-	})
+		return err
+	}
+	log, err := p.flags.Logger(c.Name)
+	if err != nil {
+		return err
+	}
+	p.Log = log
+	return s.Run(p)
 }
 
 // NeedsCluster reports whether --auth or --metrics-auth asks for token
@@ -66,11 +82,12 @@ func (p *Process) NeedsCluster() bool {
 // tokens (--auth=token) and readers of /metrics (--metrics-auth=token).
 func (p *Process) UseCluster(authn authenticationv1client.AuthenticationV1Interface, authz authorizationv1client.AuthorizationV1Interface) {
 	p.flags.TokenReviews = authn.TokenReviews()
-	p.flags.SigningKeys = SigningKeys(authn.RESTClient())
+	p.flags.SigningKeys = signingKeys(authn.RESTClient())
 	p.flags.MetricsClients = MetricsClients{Authentication: authn, Authorization: authz}
 }
 
-// NewServer builds the server the common flags describe (see New).
+// NewServer builds the server the common flags describe: extra options
+// (interceptors, credentials) are appended to the defaults.
 func (p *Process) NewServer(extra ...grpc.ServerOption) (*Server, error) {
-	return New(p.flags, p.Log, extra...)
+	return newServer(p.flags, p.Log, extra...)
 }

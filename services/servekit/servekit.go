@@ -59,8 +59,8 @@ const (
 	maxConnectionIdle = 2 * time.Minute
 )
 
-// Flags are the listening flags every service has.
-type Flags struct {
+// commonFlags are the listening flags every service has.
+type commonFlags struct {
 	Listen      string
 	Socket      string
 	MetricsAddr string
@@ -76,12 +76,12 @@ type Flags struct {
 	TLSKeyFile  string
 	Audience    string
 	Allowed     []string
-	// TokenReviews is set by the service's main when Auth is "token".
+	// TokenReviews is set by Process.UseCluster.
 	TokenReviews authenticationv1client.TokenReviewInterface
 	// MetricsAuth is "none" or "token" (/metrics and /debug/pprof over TLS
 	// for users the cluster allows to get them).
 	MetricsAuth string
-	// MetricsClients is set by the service's main when MetricsAuth is "token".
+	// MetricsClients is set by Process.UseCluster.
 	MetricsClients MetricsClients
 	// SigningKeys, when set with TokenReviews, reads the cluster's
 	// ServiceAccount signing keys (the API server's /openid/v1/jwks): a
@@ -93,7 +93,7 @@ type Flags struct {
 const ReconcilerIdentity = "system:serviceaccount:nodeconfig-system:nodeconfig-reconciler"
 
 // Register adds the common flags to fs with the service's defaults.
-func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics string) {
+func (f *commonFlags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics string) {
 	fs.StringVar(&f.Listen, "listen", defaultListen, "TCP address for gRPC; empty disables TCP")
 	fs.StringVar(&f.Socket, "socket", "", "unix socket path for gRPC (created with mode 0600); empty disables it")
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", defaultMetrics, "HTTP address for /metrics and /healthz; empty disables it")
@@ -120,7 +120,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics string)
 
 // Check refuses flag combinations that would serve unauthenticated callers
 // from other hosts or cannot work.
-func (f *Flags) Check() error {
+func (f *commonFlags) Check() error {
 	switch f.Auth {
 	case "none":
 		if f.Listen != "" && !loopback(f.Listen) {
@@ -167,7 +167,7 @@ func loopback(addr string) bool {
 }
 
 // Logger builds the process logger from the flags.
-func (f *Flags) Logger(service string) (*slog.Logger, error) {
+func (f *commonFlags) Logger(service string) (*slog.Logger, error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.LogLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: %w", f.LogLevel, err)
@@ -194,14 +194,14 @@ type Server struct {
 	GRPC     *grpc.Server
 	Health   *health.Server
 	Registry *prometheus.Registry
-	flags    Flags
+	flags    commonFlags
 	log      *slog.Logger
 	keys     *authn.KeySet
 }
 
-// New builds a server. Extra options (interceptors, credentials) are
+// newServer builds a server. Extra options (interceptors, credentials) are
 // appended to the defaults.
-func New(flags Flags, log *slog.Logger, extra ...grpc.ServerOption) (*Server, error) {
+func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) (*Server, error) {
 	if err := flags.Check(); err != nil {
 		return nil, err
 	}
@@ -400,39 +400,10 @@ func listenUnix(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// ErrHelpShown is returned by Parse after --help printed the usage; the
-// caller exits 0.
-var ErrHelpShown = errors.New("help shown")
-
-// Parse parses the command line with a usage text that says what the
-// service does, then lists every flag with its default.
-func Parse(fs *flag.FlagSet, name, what string) error {
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: %s [flags]\n\n%s\n\nFlags:\n", name, what)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ErrHelpShown
-		}
-		return err
-	}
-	return nil
-}
-
-// Main runs fn and exits non-zero with its error; it keeps the binaries'
-// main functions to flag wiring.
-func Main(fn func() error) {
-	if err := fn(); err != nil && !errors.Is(err, ErrHelpShown) {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
-	}
-}
-
-// SigningKeys reads the cluster's ServiceAccount signing keys through the
+// signingKeys reads the cluster's ServiceAccount signing keys through the
 // API server's issuer discovery (readable by every ServiceAccount through
 // the default binding system:service-account-issuer-discovery).
-func SigningKeys(c rest.Interface) func(context.Context) ([]byte, error) {
+func signingKeys(c rest.Interface) func(context.Context) ([]byte, error) {
 	return func(ctx context.Context) ([]byte, error) {
 		return c.Get().AbsPath("/openid/v1/jwks").DoRaw(ctx)
 	}

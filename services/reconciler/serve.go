@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/reconciler/server"
+	"nodeconfig.io/services/servekit"
+)
+
+// Run builds the reconciler from its flags and serves it until SIGTERM or
+// SIGINT, or until its leader election stops (servekit.Service).
+func (o *options) Run(p *servekit.Process) error {
+	restCfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubernetes client config: %w", err)
+	}
+	restCfg.UserAgent = "nodeconfig-reconciler"
+	restCfg.QPS, restCfg.Burst = 100, 200
+	kube, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	so := o.server
+	so.Kube, so.Log = kube, p.Log
+	if so.Dynamic, err = dynamic.NewForConfig(restCfg); err != nil {
+		return err
+	}
+	if o.leaderElect {
+		so.LeaderElection = &o.election
+	}
+	rec, err := server.New(so)
+	if err != nil {
+		return err
+	}
+
+	p.UseCluster(kube.AuthenticationV1(), kube.AuthorizationV1())
+	srv, err := p.NewServer()
+	if err != nil {
+		return err
+	}
+	rec.Register(srv.GRPC, srv.Registry)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		if err := rec.Run(ctx); err != nil {
+			p.Log.Error("leader election", "err", err)
+			cancel()
+		}
+	}()
+	return srv.Serve(ctx, nodeconfigv1.ReconcilerService_ServiceDesc.ServiceName)
+}
