@@ -12,6 +12,7 @@ import (
 	_ "time/tzdata"
 
 	"nodeconfig.io/services/reconciler/internal/agents"
+	"nodeconfig.io/services/reconciler/internal/controller"
 	"nodeconfig.io/services/reconciler/server"
 	"nodeconfig.io/services/servekit"
 )
@@ -53,8 +54,8 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.server.NodeEvents, "node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
 	fs.IntVar(&a.MaxConnections, "agent-max-connections", 256, "most agent connections kept open (least recently used closed first)")
 	fs.IntVar(&o.server.Workers, "workers", 16, "concurrent node syncs (each mostly waits on its agent, so more than the cores)")
-	fs.DurationVar(&o.server.BaseDelay, "retry-base-delay", 2*time.Second, "first retry delay after an early error (doubles per failure)")
-	fs.DurationVar(&o.server.MaxDelay, "retry-max-delay", 2*time.Minute, "cap of the retry delay")
+	fs.DurationVar(&o.server.BaseDelay, "retry-base-delay", controller.DefaultBaseDelay, "first retry delay after an early error (doubles per failure)")
+	fs.DurationVar(&o.server.MaxDelay, "retry-max-delay", controller.DefaultMaxDelay, "cap of the retry delay")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect one active replica through a Lease")
 	fs.StringVar(&le.Namespace, "leader-elect-namespace", "nodeconfig-system", "namespace of the Lease")
 	fs.StringVar(&le.Name, "leader-elect-name", "nodeconfig-reconciler", "name of the Lease")

@@ -43,7 +43,7 @@ type Options struct {
 	Metrics          *Metrics
 	Log              *slog.Logger
 	// BaseDelay and MaxDelay bound the per-node exponential retry
-	// (default 2 s doubling, capped at 2 min).
+	// (0: DefaultBaseDelay, DefaultMaxDelay).
 	BaseDelay, MaxDelay time.Duration
 	// NodeValidationOnly skips the central validation of each new version
 	// (verdict.go): the nodes alone validate, on activation.
@@ -98,13 +98,20 @@ type Controller struct {
 	nodesVersion atomic.Int64
 }
 
+// The per-node retry after an early error: a few quick tries, then no
+// more than one every two minutes for a node that keeps failing.
+const (
+	DefaultBaseDelay = 2 * time.Second
+	DefaultMaxDelay  = 2 * time.Minute
+)
+
 // New builds a controller.
 func New(o Options) *Controller {
 	if o.BaseDelay == 0 {
-		o.BaseDelay = 2 * time.Second
+		o.BaseDelay = DefaultBaseDelay
 	}
 	if o.MaxDelay == 0 {
-		o.MaxDelay = 2 * time.Minute
+		o.MaxDelay = DefaultMaxDelay
 	}
 	if o.RPCTimeout == 0 {
 		o.RPCTimeout = 10 * time.Second
