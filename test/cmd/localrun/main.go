@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 
 	"nodeconfig.io/services/api/v1alpha1"
@@ -129,19 +130,24 @@ func sample(ctx context.Context, c *cluster.Cluster, soak int) error {
 	if err != nil {
 		return err
 	}
-	nc := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "nodeconfig.io/v1alpha1", "kind": "NodeConfig",
-		"metadata": map[string]any{"name": "demo"},
-		"spec": map[string]any{
-			"nodeSelector": map[string]any{"matchLabels": map[string]any{demoLabel: "true"}},
-			"source":       map[string]any{"configMap": map[string]any{"namespace": demoNamespace, "name": demoConfigMap, "key": demoKey}},
-			"validator":    "kubelet",
-			"soakSeconds":  int64(soak),
-			"rollout":      map[string]any{"maxInTrial": "50%", "maxFailures": int64(1)},
+	maxInTrial, maxFailures := intstr.FromString("50%"), int32(1)
+	obj, err := v1alpha1.ToUnstructured(&v1alpha1.NodeConfig{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersionResource.GroupVersion().String(), Kind: "NodeConfig"},
+		ObjectMeta: metav1.ObjectMeta{Name: "demo"},
+		Spec: v1alpha1.NodeConfigSpec{
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{demoLabel: "true"}},
+			Source:       &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: demoNamespace, Name: demoConfigMap, Key: demoKey}},
+			Validator:    "kubelet",
+			SoakSeconds:  int64(soak),
+			Rollout:      v1alpha1.Rollout{MaxInTrial: &maxInTrial, MaxFailures: &maxFailures},
 		},
-	}}
-	gvr := v1alpha1.GroupVersionResource
-	if _, err := dyn.Resource(gvr).Create(ctx, nc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	})
+	if err != nil {
+		return err
+	}
+	delete(obj, "status")
+	_, err = dyn.Resource(v1alpha1.GroupVersionResource).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	return nil
