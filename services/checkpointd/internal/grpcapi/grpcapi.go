@@ -186,7 +186,9 @@ func (s *Service) WatchRecords(_ *nodeconfigv1.WatchRecordsRequest, stream nodec
 	for {
 		select {
 		case <-stream.Context().Done():
-			return nil
+			// The caller's deadline or cancel ends the stream with its own
+			// code, so a watch with a deadline never looks like a clean end.
+			return status.FromContextError(stream.Context().Err()).Err()
 		case <-w.Done():
 			return status.Error(codes.Unavailable, "checkpointd is stopping")
 		case recs := <-w.C:

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -232,4 +234,34 @@ func TestErrorsMapToTheirCodes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// watchStream is the server side of one WatchRecords call, in memory.
+type watchStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	sent int
+}
+
+func (s *watchStream) Context() context.Context { return s.ctx }
+func (s *watchStream) Send(*nodeconfigv1.WatchRecordsResponse) error {
+	s.sent++
+	return nil
+}
+
+// A watch the caller bounds with a deadline ends with DeadlineExceeded, as
+// the caller's own side says, never with a clean end of the stream.
+func TestWatchRecordsEndsWithTheCallersDeadline(t *testing.T) {
+	f := newFixture(t)
+	deadline, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	stream := &watchStream{ctx: deadline}
+	err := f.svc.WatchRecords(&nodeconfigv1.WatchRecordsRequest{}, stream)
+	wantCode(t, err, codes.DeadlineExceeded, "")
+	if stream.sent != 1 {
+		t.Fatalf("%d records sent before the deadline, want the current ones once", stream.sent)
+	}
+	canceled, cancelNow := context.WithCancel(ctx)
+	cancelNow()
+	wantCode(t, f.svc.WatchRecords(&nodeconfigv1.WatchRecordsRequest{}, &watchStream{ctx: canceled}), codes.Canceled, "")
 }
