@@ -1,9 +1,12 @@
 // Command fleet measures a rollout to a fleet of simulated nodes on a real
 // API server: every node is a real Node object with a real checkpointd store
-// and a real statusd, run in this process (thousands of processes would
-// not fit the machine), talking gRPC over a unix socket each; the
-// reconciler is the real binary. It prints how long the fleet takes to show
-// a new config active, the reconciler's memory, and the API writes.
+// and a real statusd, hosted by this process (thousands of processes would
+// not fit the machine) or, past -agents-per-process nodes, by a few child
+// processes of this command (one process's open files would not fit them
+// all); the reconciler is the real binary. Before the rollout it measures
+// the API server's Node write ceiling, the floor under a change's time. It
+// prints how long the fleet takes to show a new config active, against
+// that floor, the reconciler's memory, and the API writes.
 //
 //	go run ./test/cmd/fleet -nodes 1000
 package main
@@ -17,9 +20,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
@@ -33,26 +36,16 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/procfs"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
-	checkpointd "nodeconfig.io/services/checkpointd/server"
-	"nodeconfig.io/services/servekit/authn"
-	statusd "nodeconfig.io/services/statusd/server"
-	"nodeconfig.io/test/agenttls"
 	"nodeconfig.io/test/audit"
 	"nodeconfig.io/test/cluster"
 	"nodeconfig.io/test/proc"
@@ -63,32 +56,84 @@ const (
 	label     = "nodeconfig.io/fleet"
 )
 
+// options are the command's flags.
+type options struct {
+	nodes, workers, perProcess int
+	fsync, keep, auth          bool
+	profiles                   string
+	ceiling                    time.Duration
+}
+
 func main() {
-	nodes := flag.Int("nodes", 1000, "simulated nodes")
-	fsync := flag.Bool("fsync", false, "fsync every store commit; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
-	workers := flag.Int("workers", 16, "the reconciler's --workers (its default)")
-	keep := flag.Bool("keep", false, "keep the state directory")
-	profiles := flag.String("profile", "", "write CPU profiles of the reconciler, the agents and the API server during the config change, and the reconciler's heap after it, to this directory")
-	auth := flag.Bool("auth", true, "the installed path: each agent serves TLS on a loopback address of its own and checks the reconciler's per-node token with TokenReview; false: unix sockets, no authentication")
+	if len(os.Args) > 1 && os.Args[1] == agentHostFlag {
+		if err := agentHostMain(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "fleet agent host:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var o options
+	flag.IntVar(&o.nodes, "nodes", 1000, "simulated nodes")
+	flag.BoolVar(&o.fsync, "fsync", false, "fsync every store commit; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
+	flag.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the state directory")
+	flag.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the agents and the API server during the config change, and the reconciler's heap after it, to this directory (agents in this process only: at most -agents-per-process nodes)")
+	flag.BoolVar(&o.auth, "auth", true, "the installed path: each agent serves TLS on a loopback address of its own and checks the reconciler's per-node token with TokenReview; false: unix sockets, no authentication")
+	flag.IntVar(&o.perProcess, "agents-per-process", 3000, fmt.Sprintf("most nodes whose agents one process hosts, about %d open files each: up to this many this process hosts them all, a larger fleet is split evenly across child processes of this command", filesPerNode))
+	flag.DurationVar(&o.ceiling, "ceiling", 5*time.Second, "how long to measure the API server's Node write ceiling before the rollout (0: not measured)")
 	flag.Parse()
-	if err := run(*nodes, *fsync, *workers, *keep, *profiles, *auth); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, fsync bool, workers int, keep bool, profiles string, auth bool) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// stopper is the agents, in this process or in children.
+type stopper interface{ stop() }
+
+type stopFunc func()
+
+func (f stopFunc) stop() { f() }
+
+func run(o options) (err error) {
+	n := o.nodes
+	if n < 1 || o.perProcess < 1 {
+		return errors.New("-nodes and -agents-per-process must be at least 1")
+	}
+	hosted := n > o.perProcess // by child processes
+	if hosted && o.profiles != "" {
+		return fmt.Errorf("-profile profiles agents in this process only, and %d nodes are more than -agents-per-process (%d): child processes would host them; "+
+			"profile at most %d nodes, or raise -agents-per-process as far as the open-file limit allows", n, o.perProcess, o.perProcess)
+	}
+	// The waits: five minutes, more for fleets over 5,000 (10,000 nodes'
+	// first rollout mints and reviews 10,000 tokens).
+	wait := max(5*time.Minute, time.Duration(n)*60*time.Millisecond)
+	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	defer func() {
+		// A stop from outside (a signal, an agent host gone) is the
+		// reason, not the "context canceled" it caused.
+		if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (%v)", cause, err)
+		}
+	}()
 	root, err := os.MkdirTemp("", "ncf-")
 	if err != nil {
 		return err
 	}
-	if !keep {
+	if !o.keep {
 		defer os.RemoveAll(root)
 	}
-	fmt.Printf("fleet of %d nodes (fsync %v, authentication %v), state in %s\n", n, fsync, auth, root)
-	raiseFileLimit(n)
+	fmt.Printf("fleet of %d nodes (fsync %v, authentication %v), state in %s\n", n, o.fsync, o.auth, root)
+	// This process's children inherit the limit: the API server holds a
+	// connection per statusd too.
+	want := filesPerNode*n + 4096
+	if hosted {
+		want = n + 4096
+	}
+	raiseFileLimit(want)
 	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(root, "cluster"), AuditLog: true})
 	if err != nil {
 		return err
@@ -103,7 +148,7 @@ func run(n int, fsync bool, workers int, keep bool, profiles string, auth bool) 
 
 	names := make([]string, n)
 	for i := range names {
-		names[i] = fmt.Sprintf("fleet-%05d", i)
+		names[i] = nodeName(i)
 	}
 	t0 := time.Now()
 	if err := forEach(names, 64, func(name string) error {
@@ -123,23 +168,53 @@ func run(n int, fsync bool, workers int, keep bool, profiles string, auth bool) 
 		return err
 	}
 	var sec *security
-	if auth {
+	if o.auth {
 		if sec, err = newSecurity(ctx, admin, root); err != nil {
 			return err
 		}
 	}
 	t0 = time.Now()
-	agents, err := startAgents(ctx, c, root, names, fsync, sec)
-	if err != nil {
-		return err
+	var agents stopper
+	var hosts *agentHosts
+	if hosted {
+		if hosts, err = startAgentHosts(ctx, cancel, c.Kubeconfig, root, n, o.perProcess, o.fsync, sec, wait); err != nil {
+			return err
+		}
+		agents = hosts
+		fmt.Printf("  %d agent host processes of at most %d nodes each serving\n", len(hosts.hosts), o.perProcess)
+	} else {
+		logFile, err := os.Create(filepath.Join(root, "agents.log"))
+		if err != nil {
+			return err
+		}
+		defer logFile.Close()
+		log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		// The statusds stop before their checkpointds, as in a host.
+		agentsCtx, stopStatusds := context.WithCancel(ctx)
+		a, err := startAgents(agentsCtx, c.Config, root, 0, n, o.fsync, sec, log)
+		agents = stopFunc(func() { stopStatusds(); a.stop() })
+		if err != nil {
+			agents.stop()
+			return err
+		}
 	}
 	defer agents.stop()
-	if err := watch.waitReported(ctx, 5*time.Minute); err != nil {
+	if err := watch.waitReported(ctx, wait); err != nil {
 		return err
 	}
 	fmt.Printf("  %d agents started and reporting in %v\n", n, since(t0))
 
-	reconciler, metricsAddr, err := startReconciler(c, root, workers, agents.reconcilerArgs(root, sec))
+	// The API server's write ceiling, with the agents watching their
+	// Nodes, before anything of nodeconfig's writes.
+	var ceiling float64
+	if o.ceiling > 0 {
+		if ceiling, err = writeCeiling(ctx, c.Config, n, o.ceiling); err != nil {
+			return err
+		}
+		fmt.Printf("  API server write ceiling: %.0f Node writes/s (%d writers, merge patches of the status, %v)\n", ceiling, min(ceilingWriters, n), o.ceiling)
+	}
+
+	reconciler, metricsAddr, err := startReconciler(c, root, o.workers, reconcilerArgs(root, n, sec))
 	if err != nil {
 		return err
 	}
@@ -159,12 +234,12 @@ func run(n int, fsync bool, workers int, keep bool, profiles string, auth bool) 
 	if err := createNodeConfig(ctx, dyn); err != nil {
 		return err
 	}
-	first, err := watch.waitActive(ctx, cm.ResourceVersion, start, 5*time.Minute)
+	first, err := watch.waitActive(ctx, cm.ResourceVersion, start, wait)
 	if err != nil {
 		return err
 	}
 	report("first rollout (nothing assigned before)", first)
-	if err := watch.waitPromoted(ctx, cm.ResourceVersion, 5*time.Minute); err != nil {
+	if err := watch.waitPromoted(ctx, cm.ResourceVersion, wait); err != nil {
 		return err
 	}
 
@@ -177,8 +252,8 @@ func run(n int, fsync bool, workers int, keep bool, profiles string, auth bool) 
 		return err
 	}
 	var stopProfiles func() error
-	if profiles != "" {
-		if stopProfiles, err = startProfiles(ctx, profiles, metricsAddr, admin); err != nil {
+	if o.profiles != "" {
+		if stopProfiles, err = startProfiles(ctx, o.profiles, metricsAddr, admin); err != nil {
 			return err
 		}
 	}
@@ -188,18 +263,29 @@ func run(n int, fsync bool, workers int, keep bool, profiles string, auth bool) 
 	if cm, err = admin.CoreV1().ConfigMaps(namespace).Update(ctx, next, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
-	change, err := watch.waitActive(ctx, cm.ResourceVersion, start, 5*time.Minute)
+	change, err := watch.waitActive(ctx, cm.ResourceVersion, start, wait)
 	if err != nil {
 		return err
 	}
 	report("config change (target: all active <= 10 s)", change)
+	// One statusd write a node shows the new config active: the fleet's
+	// change takes at least n of them at the ceiling.
+	var floor float64
+	if ceiling > 0 {
+		floor = float64(n) / ceiling
+		fmt.Printf("    the API server's floor for it: %.2f s (%d writes at %.0f/s); all active in %.2f x that\n",
+			floor, n, ceiling, change.all().Seconds()/floor)
+	}
+	perThousand := change.all().Seconds() / (float64(n) / 1000)
+	fmt.Printf("    %.2f s per 1,000 nodes\n", perThousand)
+	files := openFiles(reconciler.Pid(), c.APIServer.Pid(), hosts)
 	if stopProfiles != nil {
 		if err := stopProfiles(); err != nil {
 			return err
 		}
-		fmt.Printf("  profiles in %s\n", profiles)
+		fmt.Printf("  profiles in %s\n", o.profiles)
 	}
-	if err := watch.waitPromoted(ctx, cm.ResourceVersion, 5*time.Minute); err != nil {
+	if err := watch.waitPromoted(ctx, cm.ResourceVersion, wait); err != nil {
 		return err
 	}
 	writesAfter, err := settledWrites(writes)
@@ -216,17 +302,47 @@ func run(n int, fsync bool, workers int, keep bool, profiles string, auth bool) 
 	if b, err := fetch("http://" + metricsAddr + "/metrics"); err == nil {
 		fmt.Printf("    (%s)\n", runtimeMemory(b))
 	}
+	fmt.Printf("  open files after the change: %s\n", files)
 	// A Go benchmark line, so benchstat and the bench table read it.
 	// Without authentication the name says so: the figure is the
 	// installed path's.
 	path := ""
-	if !auth {
+	if !o.auth {
 		path = "/noauth"
 	}
-	fmt.Printf("BenchmarkFleet/nodes=%d%s 1 %d ns/op %.2f all-active-s %.2f first-rollout-s %d p50-ms %d p99-ms %d reconciler-peak-rss-MiB %.2f writes/node/change\n",
+	line := fmt.Sprintf("BenchmarkFleet/nodes=%d%s 1 %d ns/op %.2f all-active-s %.2f first-rollout-s %d p50-ms %d p99-ms %d reconciler-peak-rss-MiB %.2f writes/node/change",
 		n, path, change.all().Nanoseconds(), change.all().Seconds(), first.all().Seconds(), change.pct(50).Milliseconds(), change.pct(99).Milliseconds(), peak>>10,
 		float64(writesAfter-writesBefore)/float64(n))
+	if ceiling > 0 {
+		line += fmt.Sprintf(" %.0f api-writes/s %.2f floor-s %.2f ratio-to-floor", ceiling, floor, change.all().Seconds()/floor)
+	}
+	fmt.Printf("%s %.2f s-per-1000-nodes\n", line, perThousand)
 	return nil
+}
+
+// openFiles counts the open files of the processes a fleet is limited by.
+func openFiles(reconciler, apiServer int, hosts *agentHosts) string {
+	count := func(pid int) string {
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			return "?"
+		}
+		return strconv.Itoa(len(fds))
+	}
+	parts := []string{"this process " + count(os.Getpid())}
+	if hosts != nil {
+		var h []string
+		for _, pid := range hosts.pids() {
+			h = append(h, count(pid))
+		}
+		parts = append(parts, "agent hosts "+strings.Join(h, ", "))
+	}
+	parts = append(parts, "reconciler "+count(reconciler), "kube-apiserver "+count(apiServer))
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil {
+		parts = append(parts, fmt.Sprintf("limit %d", lim.Cur))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
@@ -260,189 +376,6 @@ func createNodeConfig(ctx context.Context, dyn dynamic.Interface) error {
 		},
 	}}, metav1.CreateOptions{})
 	return err
-}
-
-// agents are the in-process checkpointd and statusd of every node.
-type agents struct {
-	servers []*grpc.Server
-	conns   []*grpc.ClientConn
-	stores  []*checkpointd.Checkpointd
-	addrs   map[string]string // node -> TCP address, with authentication
-	mu      sync.Mutex
-}
-
-// security is what the installed path adds: the agents' serving
-// certificate, and the reconciler's ServiceAccount whose per-node tokens the
-// agents review.
-type security struct {
-	tls     agenttls.Files
-	account string // NAMESPACE/NAME
-	user    string // its user name in TokenReviews
-}
-
-const reconcilerAccount = "nodeconfig-reconciler"
-
-func newSecurity(ctx context.Context, admin kubernetes.Interface, root string) (*security, error) {
-	t, err := agenttls.New(filepath.Join(root, "tls"))
-	if err != nil {
-		return nil, err
-	}
-	if _, err := admin.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: reconcilerAccount}}, metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-	return &security{tls: t, account: namespace + "/" + reconcilerAccount, user: "system:serviceaccount:" + namespace + ":" + reconcilerAccount}, nil
-}
-
-// agentAddr gives node i a loopback address of its own, as nodes have, so
-// every agent listens on the same port.
-func agentAddr(i int) string {
-	return fmt.Sprintf("127.%d.%d.%d:7601", 1+i/(250*250), (i/250)%250, 1+i%250)
-}
-
-// reconcilerArgs point the reconciler at the agents.
-func (a *agents) reconcilerArgs(root string, sec *security) []string {
-	if sec == nil {
-		return []string{"--agent-socket-template", filepath.Join(root, "s", "{node}.sock")}
-	}
-	args := []string{"--agent-ca-file", sec.tls.CAFile, "--agent-tls-server-name", sec.tls.ServerName,
-		"--agent-token-audience", agentAudience, "--agent-token-service-account", sec.account}
-	for node, addr := range a.addrs {
-		args = append(args, "--agent-address", node+"="+addr)
-	}
-	return args
-}
-
-const agentAudience = "nodeconfig-agent/{node}"
-
-// serverOptions are an agent's gRPC server options: with authentication,
-// TLS and the guard the installed checkpointd runs.
-func (sec *security) serverOptions(node string, reviews authenticationv1client.TokenReviewInterface) ([]grpc.ServerOption, error) {
-	if sec == nil {
-		return nil, nil
-	}
-	creds, err := credentials.NewServerTLSFromFile(sec.tls.CertFile, sec.tls.KeyFile)
-	if err != nil {
-		return nil, err
-	}
-	g := authn.New(reviews, strings.ReplaceAll(agentAudience, "{node}", node), []string{sec.user}, nil)
-	return []grpc.ServerOption{grpc.Creds(creds), grpc.InTapHandle(g.Tap()), grpc.ChainUnaryInterceptor(g.Unary()), grpc.ChainStreamInterceptor(g.Stream())}, nil
-}
-
-func startAgents(ctx context.Context, c *cluster.Cluster, root string, names []string, fsync bool, sec *security) (*agents, error) {
-	logFile, err := os.Create(filepath.Join(root, "agents.log"))
-	if err != nil {
-		return nil, err
-	}
-	log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	// Every statusd has its own client and rate limit, as on real nodes;
-	// they share one HTTP transport so the process does not open thousands
-	// of connections.
-	cfg := rest.CopyConfig(c.Config)
-	cfg.QPS, cfg.Burst = 20, 40
-	cfg.UserAgent = "nodeconfig-statusd/fleet"
-	httpClient, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, err
-	}
-	// Each agent's TokenReviews go through a client of its own budget, as
-	// checkpointd's do (sharing the transport, as statusd's here).
-	reviewCfg := rest.CopyConfig(c.Config)
-	reviewCfg.QPS, reviewCfg.Burst, reviewCfg.Timeout = 10, 20, 10*time.Second
-	reviewCfg.UserAgent = "nodeconfig-checkpointd/fleet"
-	reviewHTTP, err := rest.HTTPClientFor(reviewCfg)
-	if err != nil {
-		return nil, err
-	}
-	index := make(map[string]int, len(names))
-	for i, name := range names {
-		index[name] = i
-	}
-	a := &agents{addrs: map[string]string{}}
-	err = forEach(names, 32, func(name string) error {
-		dir := filepath.Join(root, "n", name)
-		ckd, err := checkpointd.Open(checkpointd.Options{
-			StateDir: filepath.Join(dir, "state"), TargetDir: filepath.Join(dir, "target"), TargetFile: "config.yaml",
-			NoSync: !fsync, MaxWatchers: 4, Log: log.With("node", name),
-		})
-		if err != nil {
-			return err
-		}
-		reviewClient, err := authenticationv1client.NewForConfigAndClient(reviewCfg, reviewHTTP)
-		if err != nil {
-			return err
-		}
-		opts, err := sec.serverOptions(name, reviewClient.TokenReviews())
-		if err != nil {
-			return err
-		}
-		srv := grpc.NewServer(opts...)
-		ckd.Register(srv)
-		socket := filepath.Join(root, "s", name+".sock")
-		var l net.Listener
-		if sec != nil {
-			addr := agentAddr(index[name])
-			if l, err = net.Listen("tcp", addr); err != nil {
-				return err
-			}
-			a.mu.Lock()
-			a.addrs[name] = addr
-			a.mu.Unlock()
-		} else {
-			if err := os.MkdirAll(filepath.Dir(socket), 0o700); err != nil {
-				return err
-			}
-			if l, err = net.Listen("unix", socket); err != nil {
-				return err
-			}
-		}
-		go func() { _ = srv.Serve(l) }()
-		// statusd reaches its checkpointd in memory (as over its unix
-		// socket, trusted): at 5,000 nodes two file descriptors per node
-		// more would exhaust the process limit.
-		mem := bufconn.Listen(256 << 10)
-		memSrv := grpc.NewServer()
-		ckd.Register(memSrv)
-		go func() { _ = memSrv.Serve(mem) }()
-		conn, err := grpc.NewClient("passthrough:///"+name, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return mem.DialContext(ctx) }))
-		if err != nil {
-			return err
-		}
-		client, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
-		if err != nil {
-			return err
-		}
-		sd, err := statusd.New(statusd.Options{
-			Client: client, NodeName: name,
-			Checkpointd: nodeconfigv1.NewCheckpointServiceClient(conn), Target: socket,
-			StateFile: filepath.Join(dir, "reports.json"), SyncPeriod: 10 * time.Second, Log: log.With("node", name),
-		})
-		if err != nil {
-			return err
-		}
-		go func() {
-			if err := sd.Run(ctx); err != nil {
-				log.Error("statusd stopped", "node", name, "err", err)
-			}
-		}()
-		a.mu.Lock()
-		a.servers, a.conns, a.stores = append(a.servers, srv, memSrv), append(a.conns, conn), append(a.stores, ckd)
-		a.mu.Unlock()
-		return nil
-	})
-	return a, err
-}
-
-func (a *agents) stop() {
-	for _, c := range a.conns {
-		_ = c.Close()
-	}
-	for _, s := range a.servers {
-		s.Stop()
-	}
-	for _, s := range a.stores {
-		_ = s.Close()
-	}
 }
 
 func startReconciler(c *cluster.Cluster, root string, workers int, agentArgs []string) (p *proc.Process, metricsAddr string, err error) {
@@ -588,8 +521,10 @@ func (w *activeWatch) expectLocked(want string) {
 
 // wait blocks until done holds or timeout.
 func (w *activeWatch) wait(ctx context.Context, timeout time.Duration, what string, done func() (bool, string)) error {
-	deadline := time.AfterFunc(timeout, func() { w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() })
+	wake := func() { w.mu.Lock(); w.cond.Broadcast(); w.mu.Unlock() }
+	deadline := time.AfterFunc(timeout, wake)
 	defer deadline.Stop()
+	defer context.AfterFunc(ctx, wake)()
 	end := time.Now().Add(timeout)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -598,7 +533,10 @@ func (w *activeWatch) wait(ctx context.Context, timeout time.Duration, what stri
 		if ok {
 			return nil
 		}
-		if time.Now().After(end) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for %s (%s): %w", what, progress, context.Cause(ctx))
+		}
+		if time.Now().After(end) {
 			return fmt.Errorf("timed out after %v waiting for %s: %s", timeout, what, progress)
 		}
 		w.cond.Wait()
@@ -709,19 +647,24 @@ func fetch(url string) ([]byte, error) {
 	return io.ReadAll(resp.Body)
 }
 
-// raiseFileLimit makes room for a store and a socket per node and the
-// connections to the API server; only root may raise the hard limit.
-func raiseFileLimit(n int) {
-	want := uint64(4*n + 4096)
+// raiseFileLimit raises the soft open-file limit to the hard one, which is
+// as far as a process without CAP_SYS_RESOURCE may go, and says so when
+// that is less than want.
+func raiseFileLimit(want int) {
 	var lim syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil || lim.Cur >= want {
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		fmt.Fprintf(os.Stderr, "fleet: open file limit: %v\n", err)
 		return
 	}
-	lim.Cur = want
-	if lim.Max < want {
-		lim.Max = want
-	}
+	// Set even when Go raised it already at start: that raise is undone
+	// in child processes, a Setrlimit of our own is not, and the API
+	// server and the reconciler need it too.
+	lim.Cur = lim.Max
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		fmt.Fprintf(os.Stderr, "fleet: cannot raise the open file limit to %d (%v); large fleets may run out\n", want, err)
+		fmt.Fprintf(os.Stderr, "fleet: cannot raise the open file limit to %d (%v)\n", lim.Max, err)
+		return
+	}
+	if lim.Cur < uint64(want) {
+		fmt.Fprintf(os.Stderr, "fleet: the open file limit is %d, about %d wanted; this fleet may run out (fewer -agents-per-process, or a higher hard limit)\n", lim.Cur, want)
 	}
 }
