@@ -5,7 +5,7 @@
 //
 // The table in docs/performance.md is this command's, never typed: make
 // bench saves its raw output to docs/bench/latest.txt (make fleet-bench
-// appends the runs that need a flag, such as 5,000 nodes) and runs
+// appends the runs that need a flag, such as 5,000 and 10,000 nodes) and runs
 //
 //	benchtable -write docs/performance.md docs/bench/latest.txt
 //
@@ -34,20 +34,21 @@ type row struct {
 	metric    string
 	target    string
 	ok        func(v float64) bool
-	reference func(v float64) string // ratio to the anchor or floor
+	reference func(v float64, line map[string]float64) string // ratio to the anchor or floor; line: the run's other metrics (a floor it measured)
 }
 
 // runBy names, for the benchmarks make bench does not run, what appends
 // them to the saved output; a figure not run says so.
 var runBy = map[string]string{
-	"BenchmarkFleet/nodes=5000": "make fleet-bench FLEET_NODES=5000",
+	"BenchmarkFleet/nodes=5000":  "make fleet-bench FLEET_NODES=5000",
+	"BenchmarkFleet/nodes=10000": "make fleet-bench FLEET_NODES=10000",
 }
 
 var rows = []row{
 	{"PutCheckpoint 64 KiB, fsync, p50", "BenchmarkPutCheckpoint64KiB", "ratio-to-floor", "<= 1.5 x raw bbolt Update",
-		func(v float64) bool { return v <= 1.5 }, func(v float64) string { return fmt.Sprintf("%.2f x the raw bbolt floor", v) }},
+		func(v float64) bool { return v <= 1.5 }, func(v float64, _ map[string]float64) string { return fmt.Sprintf("%.2f x the raw bbolt floor", v) }},
 	{"PutCheckpoint, 32 writers vs 1", "BenchmarkPutCheckpointConcurrent", "speedup", ">= 3 x",
-		func(v float64) bool { return v >= 3 }, func(v float64) string { return fmt.Sprintf("%.2f x one writer", v) }},
+		func(v float64) bool { return v >= 3 }, func(v float64, _ map[string]float64) string { return fmt.Sprintf("%.2f x one writer", v) }},
 	{"statusd: 50 changes within 100 ms", "BenchmarkBurstCoalescing", "patches/burst", "1 patch",
 		func(v float64) bool { return v <= 1 }, nil},
 	{"assignment latency p50", "BenchmarkAssignmentLatency", "p50-ms", "<= 100 ms",
@@ -57,22 +58,34 @@ var rows = []row{
 	{"API writes per node per config change", "BenchmarkWritesPerNodePerConfigChange", "writes/node/change", "<= 3",
 		func(v float64) bool { return v <= 3 }, nil},
 	{"API writes per node per hour, steady state", "BenchmarkSteadyStateWritesPerNodePerHour", "writes/node/hour", "0",
-		func(v float64) bool { return v == 0 }, func(float64) string { return "kubelet status alone: 12 per hour" }},
+		func(v float64) bool { return v == 0 }, func(float64, map[string]float64) string { return "kubelet status alone: 12 per hour" }},
 	{"fleet of 1,000: all active on a change", "BenchmarkFleet/nodes=1000", "all-active-s", "<= 10 s",
-		func(v float64) bool { return v <= 10 }, func(v float64) string {
+		func(v float64) bool { return v <= 10 }, func(v float64, _ map[string]float64) string {
 			return fmt.Sprintf("DKC: up to 12 s of polling alone (10 s +- 20%%), %.1f x", 12/v)
 		}},
 	{"fleet of 1,000: reconciler peak RSS", "BenchmarkFleet/nodes=1000", "reconciler-peak-rss-MiB", "<= 100 MiB",
 		func(v float64) bool { return v <= 100 }, nil},
 	{"fleet of 1,000: API writes per node per change", "BenchmarkFleet/nodes=1000", "writes/node/change", "<= 3",
 		func(v float64) bool { return v <= 3 }, nil},
-	{"fleet of 5,000: all active on a change", "BenchmarkFleet/nodes=5000", "all-active-s", "reported",
+	{"fleet of 1,000: seconds per 1,000 nodes", "BenchmarkFleet/nodes=1000", "s-per-1000-nodes", "reported",
 		func(float64) bool { return true }, nil},
+	{"fleet of 5,000: all active on a change", "BenchmarkFleet/nodes=5000", "all-active-s", "<= 15 s",
+		func(v float64) bool { return v <= 15 }, writeFloor},
 	{"fleet of 5,000: first rollout, all active", "BenchmarkFleet/nodes=5000", "first-rollout-s", "reported",
 		func(float64) bool { return true }, nil},
-	{"fleet of 5,000: reconciler peak RSS", "BenchmarkFleet/nodes=5000", "reconciler-peak-rss-MiB", "reported",
-		func(float64) bool { return true }, nil},
+	{"fleet of 5,000: reconciler peak RSS", "BenchmarkFleet/nodes=5000", "reconciler-peak-rss-MiB", "<= 100 MiB",
+		func(v float64) bool { return v <= 100 }, nil},
 	{"fleet of 5,000: API writes per node per change", "BenchmarkFleet/nodes=5000", "writes/node/change", "reported",
+		func(float64) bool { return true }, nil},
+	{"fleet of 5,000: seconds per 1,000 nodes", "BenchmarkFleet/nodes=5000", "s-per-1000-nodes", "reported",
+		func(float64) bool { return true }, nil},
+	{"fleet of 10,000: all active on a change", "BenchmarkFleet/nodes=10000", "all-active-s", "reported",
+		func(float64) bool { return true }, writeFloor},
+	{"fleet of 10,000: first rollout, all active", "BenchmarkFleet/nodes=10000", "first-rollout-s", "reported",
+		func(float64) bool { return true }, nil},
+	{"fleet of 10,000: reconciler peak RSS", "BenchmarkFleet/nodes=10000", "reconciler-peak-rss-MiB", "reported",
+		func(float64) bool { return true }, nil},
+	{"fleet of 10,000: seconds per 1,000 nodes", "BenchmarkFleet/nodes=10000", "s-per-1000-nodes", "reported",
 		func(float64) bool { return true }, nil},
 	{"real kubelet: ConfigMap edit -> running it, p50", "BenchmarkKubeletRunsNewConfig", "to-kubelet-running-p50-ms", "reported",
 		func(float64) bool { return true }, dkc},
@@ -87,8 +100,19 @@ var rows = []row{
 // dkc compares a latency with Dynamic Kubelet Config's: a change was seen
 // after half a 10 s poll and reported after half a 10 s status period, on
 // average.
-func dkc(ms float64) string {
+func dkc(ms float64, _ map[string]float64) string {
 	return fmt.Sprintf("DKC ~10 s mean: %.0f x faster", 10000/ms)
+}
+
+// writeFloor compares a fleet's time with the floor the fleet command
+// measured in the same run: one statusd write per node at the API server's
+// Node write ceiling.
+func writeFloor(s float64, line map[string]float64) string {
+	floor, ceiling := line["floor-s"], line["api-writes/s"]
+	if floor <= 0 || ceiling <= 0 {
+		return "write floor not measured"
+	}
+	return fmt.Sprintf("%.1f x the API server's write floor (%.1f s at %.0f writes/s)", s/floor, floor, ceiling)
 }
 
 var suffix = regexp.MustCompile(`-\d+$`)
@@ -221,7 +245,7 @@ func render(o output, w io.Writer) (missed []string) {
 		}
 		ref := ""
 		if r.reference != nil {
-			ref = r.reference(v)
+			ref = r.reference(v, o.figures[r.bench])
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.figure, r.target, measured, ref, verdict)
 	}
