@@ -19,8 +19,10 @@ import (
 )
 
 // statusCoalesce groups NodeConfig status writes for nodes that change
-// state close together.
-const statusCoalesce = time.Second
+// state close together. The status is a summary: a window of two seconds
+// keeps its writes under one per node and change even when a small fleet
+// steps one node a second (a soak of 1 s, one node in trial).
+const statusCoalesce = 2 * time.Second
 
 // validators maps a NodeConfig's spec.validator to checkpointd's; empty
 // means YAML.
