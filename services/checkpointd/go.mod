@@ -10,6 +10,7 @@ replace (
 
 require (
 	github.com/coreos/go-systemd/v22 v22.7.0
+	github.com/klauspost/compress v1.20.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/procfs v0.22.0
 	go.etcd.io/bbolt v1.4.3

@@ -6,17 +6,13 @@ package store
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
-	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,14 +25,20 @@ import (
 
 // SchemaVersion is the layout this code reads and writes. A store with a
 // higher version was written by a newer checkpointd and is never touched.
-const SchemaVersion = 1
+//
+//	1: payloads as the JSON of Payload, in bucketPayloadsV1.
+//	2: each payload in a bucket of its own in bucketPayloads, its data
+//	   compressed (see codec.go). Open converts a schema-1 store in one
+//	   transaction.
+const SchemaVersion = 2
 
 var (
-	bucketMeta     = []byte("meta")
-	bucketPayloads = []byte("payloads")
-	bucketRecords  = []byte("records")
-	keySchema      = []byte("schema_version")
-	keyRecords     = []byte("current")
+	bucketMeta       = []byte("meta")
+	bucketPayloads   = []byte("payloads.v2")
+	bucketPayloadsV1 = []byte("payloads")
+	bucketRecords    = []byte("records")
+	keySchema        = []byte("schema_version")
+	keyRecords       = []byte("current")
 )
 
 // Errors callers can test with errors.Is.
@@ -49,7 +51,8 @@ var (
 	ErrChecksumFailed = errors.New("payload does not match its sha256")
 )
 
-// Payload is one stored ConfigMap version.
+// Payload is one stored ConfigMap version. Its JSON is how schema 1
+// stored it.
 type Payload struct {
 	Namespace       string            `json:"namespace"`
 	Name            string            `json:"name"`
@@ -68,9 +71,8 @@ type Store struct {
 	now     func() time.Time
 	watchMu sync.Mutex
 	watches map[*Watch]struct{}
-	// putting counts PutPayload calls in flight: a lone writer commits at
-	// once, concurrent ones share fsyncs through Batch.
-	putting atomic.Int32
+	// puts groups concurrent PutPayload calls into shared commits.
+	puts putGroup
 	// published is the newest revision handed to watchers.
 	published uint64
 	closed    bool
@@ -114,9 +116,6 @@ func Open(path string, opts Options) (s *Store, err error) {
 		}
 		return nil, fmt.Errorf("%w: open %s: %v; it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path, err)
 	}
-	// Concurrent puts share one fsync; a short window keeps the grouping
-	// without making every batch wait bbolt's default 10 ms.
-	db.MaxBatchDelay = 2 * time.Millisecond
 	s = &Store{db: db, path: path, now: opts.Now, watches: map[*Watch]struct{}{}}
 	if s.now == nil {
 		s.now = time.Now
@@ -187,19 +186,60 @@ func (s *Store) checkSchema() error {
 		return err
 	}
 	if found > SchemaVersion {
-		return fmt.Errorf("%w: %s has schema version %d, this checkpointd understands up to %d; run a newer checkpointd (the file was not modified)", ErrNewerSchema, s.path, found, SchemaVersion)
+		return fmt.Errorf("%w: %s has schema version %d, this checkpointd understands up to %d; the file was not modified. "+
+			"Run a checkpointd that understands schema %d (roll the agent DaemonSet forward to the image that wrote it), "+
+			"or move the file aside to start with an empty store (the node falls back to its local default config until the reconciler assigns its config again); see docs/recovery.md",
+			ErrNewerSchema, s.path, found, SchemaVersion, found)
 	}
 	if found == SchemaVersion {
 		return nil
 	}
+	// A new store (0) or an older one: create what is missing and convert
+	// every payload, all in one transaction, so that a crash leaves the old
+	// store as it was.
 	return s.db.Update(func(tx *bolt.Tx) error {
 		for _, name := range [][]byte{bucketMeta, bucketPayloads, bucketRecords} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
+		if err := convertSchema1Payloads(tx); err != nil {
+			return fmt.Errorf("convert %s from schema %d to %d: %w; the file was not modified, see docs/recovery.md", s.path, found, SchemaVersion, err)
+		}
 		return tx.Bucket(bucketMeta).Put(keySchema, []byte(strconv.Itoa(SchemaVersion)))
 	})
+}
+
+// convertSchema1Payloads moves every schema-1 payload (JSON, in
+// bucketPayloadsV1) to the schema-2 layout, keeping its digest, size and
+// storage time as they are: a payload that was damaged still fails its
+// digest check afterwards.
+func convertSchema1Payloads(tx *bolt.Tx) error {
+	old := tx.Bucket(bucketPayloadsV1)
+	if old == nil {
+		return nil
+	}
+	payloads := tx.Bucket(bucketPayloads)
+	err := old.ForEach(func(k, v []byte) error {
+		if v == nil {
+			return fmt.Errorf("%w: schema-1 payload %s is a bucket", ErrCorrupt, k)
+		}
+		p, err := decodePayloadV1(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		e, err := encodePayload(&p, false)
+		if err != nil {
+			return err
+		}
+		c := e.cloned()
+		e.release()
+		return writePayload(payloads, k, c)
+	})
+	if err != nil {
+		return err
+	}
+	return tx.DeleteBucket(bucketPayloadsV1)
 }
 
 // Path is the store file's path.
@@ -225,80 +265,51 @@ func PayloadKey(uid, resourceVersion string) []byte {
 // Digest is the sha256 over the sorted keys and values, each length-prefixed
 // so that no two different maps share a digest input.
 func Digest(data map[string]string) (sum string, size int64) {
-	keys := make([]string, 0, len(data))
-	for k := range data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	h := sha256.New()
-	var n [8]byte
-	for _, k := range keys {
-		for _, part := range []string{k, data[k]} {
-			binary.BigEndian.PutUint64(n[:], uint64(len(part)))
-			h.Write(n[:])
-			h.Write([]byte(part))
-			size += int64(len(part))
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), size
+	raw, size := appendData(nil, data)
+	h := sha256.Sum256(raw)
+	return hex.EncodeToString(h[:]), size
 }
 
-// PutPayload stores p unless the same content is already there. Concurrent
-// callers share fsyncs through bbolt's Batch; a lone caller does not wait
-// for Batch's grouping delay.
+// PutPayload stores p unless the same content is already there.
+// Concurrent callers share commits (see putGroup); a lone caller commits at
+// once.
 func (s *Store) PutPayload(p Payload) (stored Payload, created bool, err error) {
-	p.SHA256, p.SizeBytes = Digest(p.Data)
-	key := PayloadKey(p.UID, p.ResourceVersion)
-	// Encode before the transaction: bbolt runs a batch's functions one
-	// after another inside its one write transaction, so writers encoding
-	// in there would take turns on one core while the commit waits.
+	s.puts.inflight.Add(1)
+	defer s.puts.inflight.Add(-1)
+	// Digest, encode and compress before the transaction, on the caller's
+	// goroutine: in there, writers would take turns on one core while the
+	// commit waits.
 	p.StoredAt = s.now().UTC()
-	buf, err := json.Marshal(p)
+	enc, err := encodePayload(&p, true)
 	if err != nil {
 		return Payload{}, false, err
 	}
-	commit := s.db.Batch
-	if s.putting.Add(1) == 1 {
-		commit = s.db.Update
-	}
-	defer s.putting.Add(-1)
-	err = commit(func(tx *bolt.Tx) error {
-		// Batch may run this function more than once; keep it idempotent.
-		created = false
-		b := tx.Bucket(bucketPayloads)
-		if old := b.Get(key); old != nil {
-			existing, err := decodePayload(old)
-			if err != nil {
-				return err
-			}
-			if existing.SHA256 != p.SHA256 {
-				return fmt.Errorf("%w: %s has sha256 %s, the request has %s", ErrConflict, key, existing.SHA256, p.SHA256)
-			}
-			stored = existing
-			return nil
-		}
-		stored, created = p, true
-		return b.Put(key, buf)
-	})
-	return stored, created, err
+	// bbolt copies the value into its pages when it commits.
+	defer enc.release()
+	c := &putCall{key: PayloadKey(p.UID, p.ResourceVersion), p: p, enc: enc}
+	s.puts.put(c, s.commitPuts)
+	return c.stored, c.created, c.err
 }
 
 // GetPayload loads a payload and checks its digest.
 func (s *Store) GetPayload(uid, resourceVersion string) (Payload, error) {
 	var p Payload
+	var sum string
 	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketPayloads).Get(PayloadKey(uid, resourceVersion))
-		if v == nil {
+		b, err := payloadBucket(tx.Bucket(bucketPayloads), PayloadKey(uid, resourceVersion))
+		if err != nil {
+			return err
+		}
+		if b == nil {
 			return fmt.Errorf("%w: %s/%s", ErrNotFound, uid, resourceVersion)
 		}
-		var err error
-		p, err = decodePayload(v)
+		p, sum, err = readPayload(b)
 		return err
 	})
 	if err != nil {
 		return Payload{}, err
 	}
-	if sum, _ := Digest(p.Data); sum != p.SHA256 {
+	if sum != p.SHA256 {
 		return Payload{}, fmt.Errorf("%w: %s/%s", ErrChecksumFailed, uid, resourceVersion)
 	}
 	return p, nil
@@ -308,8 +319,9 @@ func (s *Store) GetPayload(uid, resourceVersion string) (Payload, error) {
 func (s *Store) HasPayload(uid, resourceVersion string) (bool, error) {
 	var ok bool
 	err := s.db.View(func(tx *bolt.Tx) error {
-		ok = tx.Bucket(bucketPayloads).Get(PayloadKey(uid, resourceVersion)) != nil
-		return nil
+		b, err := payloadBucket(tx.Bucket(bucketPayloads), PayloadKey(uid, resourceVersion))
+		ok = b != nil
+		return err
 	})
 	return ok, err
 }
@@ -318,12 +330,12 @@ func (s *Store) HasPayload(uid, resourceVersion string) (bool, error) {
 func (s *Store) ListPayloads() ([]Payload, error) {
 	var out []Payload
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketPayloads).ForEach(func(_, v []byte) error {
-			p, err := decodePayload(v)
+		payloads := tx.Bucket(bucketPayloads)
+		return payloads.ForEachBucket(func(k []byte) error {
+			p, err := readHeader(payloads.Bucket(k))
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", k, err)
 			}
-			p.Data = nil
 			out = append(out, p)
 			return nil
 		})
@@ -341,12 +353,15 @@ func (s *Store) DeletePayload(uid, resourceVersion string) error {
 		if references(recs, uid, resourceVersion) {
 			return fmt.Errorf("%w: %s/%s is assigned, active or last-known-good", ErrReferenced, uid, resourceVersion)
 		}
-		b := tx.Bucket(bucketPayloads)
+		payloads := tx.Bucket(bucketPayloads)
 		key := PayloadKey(uid, resourceVersion)
-		if b.Get(key) == nil {
-			return fmt.Errorf("%w: %s/%s", ErrNotFound, uid, resourceVersion)
+		if b, err := payloadBucket(payloads, key); err != nil || b == nil {
+			if err == nil {
+				err = fmt.Errorf("%w: %s/%s", ErrNotFound, uid, resourceVersion)
+			}
+			return err
 		}
-		return b.Delete(key)
+		return payloads.DeleteBucket(key)
 	})
 }
 
@@ -362,12 +377,12 @@ func (s *Store) SweepUnreferenced(minAge time.Duration) (int, error) {
 		if err != nil {
 			return err
 		}
-		b := tx.Bucket(bucketPayloads)
+		payloads := tx.Bucket(bucketPayloads)
 		var doomed [][]byte
-		err = b.ForEach(func(k, v []byte) error {
-			p, err := decodePayload(v)
+		err = payloads.ForEachBucket(func(k []byte) error {
+			p, err := readHeader(payloads.Bucket(k))
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", k, err)
 			}
 			if !references(recs, p.UID, p.ResourceVersion) && p.StoredAt.Before(cutoff) {
 				doomed = append(doomed, append([]byte(nil), k...))
@@ -378,7 +393,7 @@ func (s *Store) SweepUnreferenced(minAge time.Duration) (int, error) {
 			return err
 		}
 		for _, k := range doomed {
-			if err := b.Delete(k); err != nil {
+			if err := payloads.DeleteBucket(k); err != nil {
 				return err
 			}
 		}
@@ -414,11 +429,14 @@ type Payloads struct{ b *bolt.Bucket }
 
 // Has reports whether a payload is stored (found) and has key.
 func (p Payloads) Has(uid, resourceVersion, key string) (found, hasKey bool, err error) {
-	v := p.b.Get(PayloadKey(uid, resourceVersion))
-	if v == nil {
+	b, err := payloadBucket(p.b, PayloadKey(uid, resourceVersion))
+	if err != nil {
+		return true, false, err
+	}
+	if b == nil {
 		return false, false, nil
 	}
-	payload, err := decodePayload(v)
+	payload, _, err := readPayload(b)
 	if err != nil {
 		return true, false, err
 	}
@@ -467,14 +485,6 @@ func readRecords(tx *bolt.Tx) (*nodeconfigv1.Records, error) {
 		}
 	}
 	return recs, nil
-}
-
-func decodePayload(v []byte) (Payload, error) {
-	var p Payload
-	if err := json.Unmarshal(v, &p); err != nil {
-		return Payload{}, fmt.Errorf("%w: payload: %v", ErrCorrupt, err)
-	}
-	return p, nil
 }
 
 func references(recs *nodeconfigv1.Records, uid, resourceVersion string) bool {

@@ -64,11 +64,19 @@ func TestGetPayloadDetectsCorruptContent(t *testing.T) {
 	if _, _, err := s.PutPayload(payload("u1", "1", map[string]string{"k": "v"})); err != nil {
 		t.Fatal(err)
 	}
-	// Flip the content behind the digest's back.
+	// Change the content behind the digest's back.
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketPayloads)
-		v := strings.Replace(string(b.Get(PayloadKey("u1", "1"))), `"k":"v"`, `"k":"x"`, 1)
-		return b.Put(PayloadKey("u1", "1"), []byte(v))
+		b := tx.Bucket(bucketPayloads).Bucket(PayloadKey("u1", "1"))
+		p, _, err := readPayload(b)
+		if err != nil {
+			return err
+		}
+		p.Data = map[string]string{"k": "x"}
+		e, err := encodePayload(&p, false)
+		if err != nil {
+			return err
+		}
+		return b.Put(keyData, *e.cloned().block)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -171,8 +179,14 @@ func TestOpenRefusesNewerSchemaAndLeavesFileUntouched(t *testing.T) {
 	s.Close()
 	before, _ := os.ReadFile(path)
 	_, err = Open(path, Options{})
-	if !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), "99") {
-		t.Fatalf("err = %v, want ErrNewerSchema naming version 99", err)
+	if !errors.Is(err, ErrNewerSchema) {
+		t.Fatalf("err = %v, want ErrNewerSchema", err)
+	}
+	// The message names both versions and says what to do.
+	for _, want := range []string{"schema version 99", "understands up to 2", "not modified", "roll the agent DaemonSet forward", "move the file aside", "local default"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
 	}
 	after, _ := os.ReadFile(path)
 	if string(before) != string(after) {
