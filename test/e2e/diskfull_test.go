@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	crand "crypto/rand"
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,8 +46,14 @@ func TestDiskFullIsAnEarlyErrorAndRecovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	setFileSizeLimit(t, n.Checkpointd.Pid(), uint64(fi.Size()))
-	// Bigger than anything the store has room for; still a valid config.
-	big := goodYAML + "# " + strings.Repeat("x", 700<<10) + "\n"
+	// Bigger than anything the store has room for, even compressed (the
+	// store compresses payloads, so the padding is random); still a valid
+	// config.
+	noise := make([]byte, 525<<10)
+	if _, err := crand.Read(noise); err != nil {
+		t.Fatal(err)
+	}
+	big := goodYAML + "# " + base64.StdEncoding.EncodeToString(noise) + "\n"
 	bigCM := e.configMap("cfg", map[string]string{"config.yaml": big})
 
 	var last *nodeconfigv1.NodeState
