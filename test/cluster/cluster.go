@@ -155,7 +155,10 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
 			return nil, err
 		}
-		apiArgs = append(apiArgs, "--audit-policy-file", policy, "--audit-log-path", filepath.Join(o.Dir, "audit.log"))
+		// One file, never rotated (the default rotates at 100 MB, which a
+		// 10,000-node fleet run passes): the write counts read it whole.
+		apiArgs = append(apiArgs, "--audit-policy-file", policy, "--audit-log-path", filepath.Join(o.Dir, "audit.log"),
+			"--audit-log-maxsize", "1000000")
 	}
 	if c.APIServer, err = proc.Start("kube-apiserver", apiBin, apiArgs, filepath.Join(o.Dir, "logs", "kube-apiserver.log")); err != nil {
 		c.Stop()
