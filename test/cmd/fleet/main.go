@@ -267,7 +267,7 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	report("config change (target: all active <= 10 s)", change)
+	report("config change"+changeTarget(n), change)
 	// One statusd write a node shows the new config active: the fleet's
 	// change takes at least n of them at the ceiling.
 	var floor float64
@@ -667,4 +667,15 @@ func raiseFileLimit(want int) {
 	if lim.Cur < uint64(want) {
 		fmt.Fprintf(os.Stderr, "fleet: the open file limit is %d, about %d wanted; this fleet may run out (fewer -agents-per-process, or a higher hard limit)\n", lim.Cur, want)
 	}
+}
+
+// changeTarget names the target for a fleet of n, where it has one.
+func changeTarget(n int) string {
+	switch n {
+	case 1000:
+		return " (target: all active <= 10 s)"
+	case 5000:
+		return " (target: all active <= 15 s)"
+	}
+	return ""
 }
