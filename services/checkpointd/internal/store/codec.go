@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -75,7 +76,7 @@ func appendData(dst []byte, data map[string]string) (out []byte, size int64) {
 		n += 16 + len(k) + len(v)
 	}
 	sort.Strings(keys)
-	dst = grow(dst, n)
+	dst = slices.Grow(dst, n)
 	for _, k := range keys {
 		for _, part := range [2]string{k, data[k]} {
 			dst = binary.BigEndian.AppendUint64(dst, uint64(len(part)))
@@ -84,13 +85,6 @@ func appendData(dst []byte, data map[string]string) (out []byte, size int64) {
 		}
 	}
 	return dst, size
-}
-
-func grow(b []byte, n int) []byte {
-	if cap(b)-len(b) < n {
-		b = append(make([]byte, 0, len(b)+n), b...)
-	}
-	return b
 }
 
 // encoded is a payload ready to be stored; block is borrowed from bufs.
@@ -124,7 +118,7 @@ func encodePayload(p *Payload, setDigest bool) (encoded, error) {
 	}
 	e := encoded{header: header, block: bufs.Get().(*[]byte)}
 	n := s2.MaxEncodedLen(len(raw))
-	*e.block = s2.Encode(grow((*e.block)[:0], n)[:n], raw)
+	*e.block = s2.Encode(slices.Grow((*e.block)[:0], n)[:n], raw)
 	return e, nil
 }
 
@@ -203,7 +197,7 @@ func decodeData(block []byte) (data map[string]string, digest string, err error)
 	}
 	buf := bufs.Get().(*[]byte)
 	defer bufs.Put(buf)
-	raw, err := s2.Decode(grow((*buf)[:0], n)[:n], block)
+	raw, err := s2.Decode(slices.Grow((*buf)[:0], n)[:n], block)
 	if err != nil {
 		return nil, "", err
 	}
