@@ -113,10 +113,22 @@ func dkc(ms float64, _ map[string]float64) string {
 // Node write ceiling.
 func writeFloor(s float64, line map[string]float64) string {
 	floor, ceiling := line["floor-s"], line["api-writes/s"]
-	if floor <= 0 || ceiling <= 0 {
-		return "write floor not measured"
+	out := "write floor not measured"
+	if floor > 0 && ceiling > 0 {
+		out = fmt.Sprintf("%.1f x the API server's write floor (%.1f s at %.0f writes/s)", s/floor, floor, ceiling)
 	}
-	return fmt.Sprintf("%.1f x the API server's write floor (%.1f s at %.0f writes/s)", s/floor, floor, ceiling)
+	return out + cpuFloor(s, line)
+}
+
+// cpuFloor compares a fleet's time with the CPU it took spread over this
+// machine's cores, where the simulated nodes' agents share them with the
+// control plane ("" when the run did not measure it).
+func cpuFloor(s float64, line map[string]float64) string {
+	floor, agents, controlPlane := line["cpu-floor-s"], line["agents-cpu-s"], line["control-plane-cpu-s"]
+	if floor <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %.1f x its CPU floor (%.1f s: the agents took %.0f CPU-s, the control plane %.0f)", s/floor, floor, agents, controlPlane)
 }
 
 var suffix = regexp.MustCompile(`-\d+$`)

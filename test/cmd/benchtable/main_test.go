@@ -104,6 +104,23 @@ func TestFleetTimeAgainstTheWriteFloorOfItsRun(t *testing.T) {
 	}
 }
 
+// A run that measured the CPU the change took also sets the time against
+// that CPU spread over the machine's cores.
+func TestFleetTimeAgainstTheCPUFloorOfItsRun(t *testing.T) {
+	saved := strings.Replace(allMet, "2.40 s-per-1000-nodes", "2.40 s-per-1000-nodes 8.00 cpu-floor-s 10.0 agents-cpu-s 6.0 control-plane-cpu-s", 1)
+	if saved == allMet {
+		t.Fatal("the fixture has no 5,000-node line to extend")
+	}
+	var out bytes.Buffer
+	if _, err := table(strings.NewReader(saved), &out); err != nil {
+		t.Fatal(err)
+	}
+	want := "| fleet of 5,000: all active on a change | <= 15 s | 12 all-active-s | 4.8 x the API server's write floor (2.5 s at 2000 writes/s); 1.5 x its CPU floor (8.0 s: the agents took 10 CPU-s, the control plane 6) | met |"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("the 5,000-node row does not compare with the run's CPU floor:\n%s", out.String())
+	}
+}
+
 // A run appended later (make fleet-bench) is read like the rest, and its
 // value wins over an earlier one; each run's own line names it.
 func TestAppendedRunsAreRead(t *testing.T) {
