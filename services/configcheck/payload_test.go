@@ -1,11 +1,17 @@
 package configcheck
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/configcheck/kubeletcheck"
 )
+
+// inProcess is the checker of the nodes: the kubelet's code in process.
+var inProcess = Checker{Kubelet: kubeletcheck.Check}
 
 const kubeletOK = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -40,7 +46,7 @@ func TestPayloadValidators(t *testing.T) {
 		{"kubelet wrong type", nodeconfigv1.Validator_VALIDATOR_KUBELET, strings.Replace(kubeletOK, "110", `"many"`, 1), "maxPods"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := Payload(tc.validator, []byte(tc.payload))
+			err := inProcess.Payload(context.Background(), tc.validator, []byte(tc.payload))
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
@@ -54,10 +60,33 @@ func TestPayloadValidators(t *testing.T) {
 	}
 }
 
+// The kubelet validator is the caller's: its refusal reads as the
+// kubelet's, and its failure to run is no verdict at all.
+func TestKubeletValidatorIsPluggedIn(t *testing.T) {
+	ctx := context.Background()
+	kubelet := nodeconfigv1.Validator_VALIDATOR_KUBELET
+	refusing := Checker{Kubelet: func(context.Context, []byte) error { return errors.New("maxPods: Invalid value: -1") }}
+	if err := refusing.Payload(ctx, kubelet, nil); err == nil || err.Error() != "invalid KubeletConfiguration: maxPods: Invalid value: -1" || Unavailable(err) {
+		t.Fatalf("refusal %v, want the kubelet's words after \"invalid KubeletConfiguration: \"", err)
+	}
+	broken := errors.New("/bin/nodeconfig-kubelet-check: signal: killed")
+	crashing := Checker{Kubelet: func(context.Context, []byte) error { return &UnavailableError{Validator: "kubelet", Err: broken} }}
+	if err := crashing.Payload(ctx, kubelet, nil); !Unavailable(err) || !errors.Is(err, broken) || strings.Contains(err.Error(), "invalid") {
+		t.Fatalf("failure to run %v, want an UnavailableError that says no verdict", err)
+	}
+	var none Checker
+	if err := none.Payload(ctx, kubelet, []byte(kubeletOK)); !Unavailable(err) {
+		t.Fatalf("no kubelet validator: %v, want an UnavailableError", err)
+	}
+	if err := none.Payload(ctx, nodeconfigv1.Validator_VALIDATOR_YAML, []byte("a: 1\n")); err != nil {
+		t.Fatalf("the other validators need no plug: %v", err)
+	}
+}
+
 func TestDeepNestingIsRefusedNotACrash(t *testing.T) {
 	deep := strings.Repeat("[", 100000) + strings.Repeat("]", 100000)
 	for _, v := range []nodeconfigv1.Validator{nodeconfigv1.Validator_VALIDATOR_YAML, nodeconfigv1.Validator_VALIDATOR_JSON, nodeconfigv1.Validator_VALIDATOR_KUBELET} {
-		if err := Payload(v, []byte(deep)); err == nil {
+		if err := inProcess.Payload(context.Background(), v, []byte(deep)); err == nil {
 			t.Fatalf("%v accepted 100000 levels of nesting", v)
 		}
 	}
@@ -70,6 +99,6 @@ func FuzzPayload(f *testing.F) {
 		f.Add(s, int32(3))
 	}
 	f.Fuzz(func(t *testing.T, payload string, v int32) {
-		_ = Payload(nodeconfigv1.Validator(v%5), []byte(payload))
+		_ = inProcess.Payload(context.Background(), nodeconfigv1.Validator(v%5), []byte(payload))
 	})
 }

@@ -466,11 +466,15 @@ func (n *Node) load(src *nodeconfigv1.ConfigSource, v nodeconfigv1.Validator) ([
 	return []byte(value), "", nil
 }
 
+// validators run the kubelet's validation in process: the agent links the
+// kubelet's code anyway, to merge a drop-in with the node's files.
+var validators = configcheck.Checker{Kubelet: kubeletcheck.Check}
+
 // judge validates a payload as it would stand on this node: a kubelet
 // drop-in merged with the node's own files where the node knows them.
 func (n *Node) judge(v nodeconfigv1.Validator, payload []byte) error {
 	if v != nodeconfigv1.Validator_VALIDATOR_KUBELET || n.kubelet == nil {
-		return configcheck.Payload(v, payload)
+		return validators.Payload(context.Background(), v, payload)
 	}
 	if _, err := n.kubelet.Effective(context.Background(), payload); err != nil {
 		return fmt.Errorf("invalid KubeletConfiguration merged with the node's files: %w", err)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/reconciler/internal/agents"
 )
 
@@ -48,6 +49,10 @@ type Options struct {
 	// NodeValidationOnly skips the central validation of each new version
 	// (verdict.go): the nodes alone validate, on activation.
 	NodeValidationOnly bool
+	// Checker runs the central validation; its kubelet validator is a
+	// child process (kubeletexec), so this binary does not link the
+	// kubelet's code.
+	Checker configcheck.Checker
 	// RPCTimeout bounds one sync's calls to a node's checkpointd.
 	RPCTimeout time.Duration
 	Now        func() time.Time

@@ -1,10 +1,10 @@
 package controller
 
 import (
+	"context"
 	"sync"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/configcheck"
 )
 
 // A version that fails its NodeConfig's validator is refused here, before
@@ -35,7 +35,7 @@ func (c *Controller) refusal(v version, validator nodeconfigv1.Validator, payloa
 		return msg
 	}
 	msg := ""
-	if err := configcheck.Payload(validator, []byte(payload)); err != nil {
+	if err := c.o.Checker.Payload(context.Background(), validator, []byte(payload)); err != nil {
 		msg = err.Error()
 	}
 	if vs.byV == nil {
