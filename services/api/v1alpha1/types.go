@@ -60,6 +60,11 @@ const (
 	// ReasonConfigRefused: the current payload fails the NodeConfig's
 	// validator in the reconciler; it is assigned to no node.
 	ReasonConfigRefused = "ConfigRefused"
+	// ReasonValidationUnavailable: the NodeConfig's validator could not
+	// run in the reconciler (its binary missing, crashed or too slow); the
+	// current payload is assigned to no node until it runs, retried with
+	// backoff.
+	ReasonValidationUnavailable = "ValidationUnavailable"
 	// ReasonPaused: spec.rollout.paused holds new trials.
 	ReasonPaused = "Paused"
 	// ReasonOutsideWindow: no maintenance window is open; the status says

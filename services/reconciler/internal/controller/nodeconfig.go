@@ -76,7 +76,8 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 	}
 	// One Warning per distinct problem with the NodeConfig itself.
 	if d := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionDegraded); d != nil &&
-		(d.Reason == v1alpha1.ReasonInvalidSelector || d.Reason == v1alpha1.ReasonInvalidReconcileInterval || d.Reason == v1alpha1.ReasonInvalidWindow || d.Reason == v1alpha1.ReasonConfigRefused) &&
+		(d.Reason == v1alpha1.ReasonInvalidSelector || d.Reason == v1alpha1.ReasonInvalidReconcileInterval || d.Reason == v1alpha1.ReasonInvalidWindow ||
+			d.Reason == v1alpha1.ReasonConfigRefused || d.Reason == v1alpha1.ReasonValidationUnavailable) &&
 		(prevDegraded == nil || prevDegraded.Reason != d.Reason || prevDegraded.Message != d.Message) && c.o.Recorder != nil {
 		c.o.Recorder.Event(nodeConfigRef(nc), corev1.EventTypeWarning, d.Reason, d.Message)
 	}
@@ -151,7 +152,8 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 	maxFailures := pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)
 	halted := pacing.Halted(failedCurrent, maxFailures) || (anyHalted && !haveCurrent)
 	done := int(st.Active) == len(selected) && unknown == 0 && behind == 0
-	refused := false
+	// blocked is the reason the current version is assigned to no node.
+	blocked := ""
 	switch {
 	case conflicts > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonSelectorConflict,
@@ -161,10 +163,15 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 			fmt.Sprintf("%d node(s) rolled back from resourceVersion %s of ConfigMap %s/%s key %s with validator %s (maxFailures %d): its rollout is halted until the ConfigMap, the key or the validator changes",
 				failedCurrent, current.resourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.key, current.validator, maxFailures))
 	case haveCurrent && c.knownRefusal(current) != "":
-		refused = true
-		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonConfigRefused,
+		blocked = v1alpha1.ReasonConfigRefused
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, blocked,
 			fmt.Sprintf("resourceVersion %s of ConfigMap %s/%s key %s fails validator %s: %s; it is assigned to no node, and every node keeps its config",
 				current.resourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.key, current.validator, c.knownRefusal(current)))
+	case haveCurrent && c.unjudged(current) != nil:
+		blocked = v1alpha1.ReasonValidationUnavailable
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, blocked,
+			fmt.Sprintf("resourceVersion %s of ConfigMap %s/%s key %s is not judged yet: %v; it is assigned to no node until the validator runs (retried with backoff), and every node keeps its config",
+				current.resourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.key, c.unjudged(current)))
 	case st.RolledBack > 0 || st.Failing > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonNodesFailing,
 			fmt.Sprintf("%d node(s) rolled back, %d failing with retries", st.RolledBack, st.Failing))
@@ -175,10 +182,10 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, "AsExpected", "no node rolled back or failing")
 	}
-	if refused {
+	if blocked != "" {
 		d := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded)
-		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonConfigRefused, d.Message)
-		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonConfigRefused, d.Message)
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, blocked, d.Message)
+		set(v1alpha1.ConditionReady, metav1.ConditionFalse, blocked, d.Message)
 	} else if done {
 		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, "RolloutComplete", fmt.Sprintf("all %d selected node(s) use this config", len(selected)))
 		set(v1alpha1.ConditionReady, metav1.ConditionTrue, "AllNodesActive", fmt.Sprintf("all %d selected node(s) have this config active and last-known-good", len(selected)))

@@ -125,7 +125,7 @@ func (c *Controller) desired(ctx context.Context, node *corev1.Node, m matches) 
 		if err := c.clearAbandoned(ctx, node); err != nil {
 			return nil, policy.Desired{}, err
 		}
-		return nc, c.desiredFor(nc, node), nil
+		return nc, c.desiredFor(ctx, nc, node), nil
 	case len(m.deleting) > 0:
 		nc, d := m.deleting[0], reset
 		for _, deleting := range m.deleting {
@@ -197,7 +197,7 @@ func (c *Controller) pinned(ref *v1alpha1.ConfigMapSource) (*nodeconfigv1.Config
 
 // desiredFor resolves a NodeConfig's source for a node from the cache; a
 // missing ConfigMap or key is an early error that heals when it appears.
-func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) policy.Desired {
+func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, node *corev1.Node) policy.Desired {
 	ref := nc.Spec.Source.ConfigMap
 	// Outside a maintenance window even a drift repair waits: it restarts
 	// the kubelet.
@@ -209,11 +209,15 @@ func (c *Controller) desiredFor(nc *v1alpha1.NodeConfig, node *corev1.Node) poli
 		return d
 	}
 	d.Source = src
-	if c.refusal(versionOf(d.Source, d.Validator), d.Validator, data[ref.Key]) != "" {
-		// Refused centrally: no node is assigned it, every node stays on
-		// what it runs (and a soaked one is still promoted); the
-		// NodeConfig says why.
-		return policy.Desired{Mode: policy.ModeLeave}
+	refused, err := c.refusal(ctx, versionOf(d.Source, d.Validator), d.Validator, data[ref.Key])
+	if refused != "" || err != nil {
+		// Refused centrally, or not judged yet (the validator could not
+		// run): no node is assigned it, every node stays on what it runs
+		// (and a soaked one is still promoted), and the NodeConfig says
+		// why. Not judged, the node's sync fails so that it is retried
+		// with backoff.
+		c.queueStatus(nc.Name)
+		return policy.Desired{Mode: policy.ModeLeave, Held: err}
 	}
 	d.Data = data
 	d.Admit = c.pace(nc, node.Name, versionOf(d.Source, d.Validator))

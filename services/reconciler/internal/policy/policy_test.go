@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -276,6 +277,23 @@ func TestResetLeaveAndPacing(t *testing.T) {
 	}
 }
 
+// A node held while the central validator cannot judge the new version
+// keeps what it runs, nothing is written to it, and the sync fails with the
+// reason so that it is retried with backoff.
+func TestHeldNodeIsLeftAndRetried(t *testing.T) {
+	f := newFake(t0)
+	Sync(context.Background(), f, use("1"), t0)
+	f.calls = nil
+	held := errors.New("the kubelet validator could not run: /bin/nodeconfig-kubelet-check: no such file or directory")
+	r := Sync(context.Background(), f, Desired{Mode: ModeLeave, Held: held}, t0.Add(time.Second))
+	if !errors.Is(r.Err, held) || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING {
+		t.Fatalf("held: %+v, want the node soaking as before and the sync failing with the reason", r)
+	}
+	if len(f.calls) != 1 || f.recs.GetError() != nil {
+		t.Fatalf("held node written to: calls %v, error %v", f.calls, f.recs.GetError())
+	}
+}
+
 func TestDriftIsRepairedAndEvented(t *testing.T) {
 	f := newFake(t0)
 	Sync(context.Background(), f, use("1"), t0)
@@ -304,6 +322,7 @@ func TestSoakedConfigIsPromotedWhateverHoldsTheNode(t *testing.T) {
 	for name, d := range map[string]Desired{
 		"ConfigMap deleted": {Mode: ModeUse, ResolveErr: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonDownloadFailed, Message: "gone"}},
 		"abandoned":         {Mode: ModeLeave},
+		"newer unjudged":    {Mode: ModeLeave, Held: errors.New("the kubelet validator could not run")},
 		"newer waits":       func() Desired { d := use("2"); d.Admit = func() Admission { return Wait }; return d }(),
 		"newer halted":      func() Desired { d := use("2"); d.Admit = func() Admission { return Halted }; return d }(),
 	} {
