@@ -21,6 +21,9 @@ TOOLS    := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grp
 TESTBIN  := $(BIN)/kube-apiserver $(BIN)/etcd
 NODEBIN  := $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 SERVICES := checkpointd statusd reconciler
+# The kubelet validator the reconciler runs as a child process, installed
+# next to it in ./bin.
+KUBELET_CHECK := nodeconfig.io/services/configcheck/cmd/nodeconfig-kubelet-check
 PACKAGES := nodeconfig.io/...
 
 # Every test package's integration tests share one API server per package.
@@ -70,8 +73,8 @@ generate: $(TOOLS) ## regenerate the Go code of proto/ and the CRD in deploy/crd
 	buf generate
 	hack/gen-crd.sh deploy/crd
 
-build: ## build the three services and the kubectl plugin (kubectl-nodeconfig) into ./bin
-	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES) kubectl-nodeconfig)
+build: ## build the three services, the reconciler's kubelet validator and the kubectl plugin (kubectl-nodeconfig) into ./bin
+	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES) kubectl-nodeconfig) $(KUBELET_CHECK)
 
 $(BIN)/ocibuild: tools/go.mod tools/go.sum tools/cmd/ocibuild/main.go
 	GOWORK=off go -C tools build -o $(BIN)/ocibuild ./cmd/ocibuild
@@ -94,9 +97,9 @@ lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code 
 	@hack/check-generated.sh
 	@hack/check-breaking.sh
 
-build-race: testbin ## the three services built with the race detector into ./bin/race (with the control plane linked in)
+build-race: testbin ## the three services (and the reconciler's kubelet validator) built with the race detector into ./bin/race (with the control plane linked in)
 	@mkdir -p $(BIN)/race
-	go build -race -o $(BIN)/race/ $(addprefix nodeconfig.io/services/,$(SERVICES))
+	go build -race -o $(BIN)/race/ $(addprefix nodeconfig.io/services/,$(SERVICES)) $(KUBELET_CHECK)
 	@for b in etcd kube-apiserver; do ln -sf ../$$b $(BIN)/race/$$b; done
 
 # The e2e tests of the race pass: the reconciler's workers racing over one

@@ -11,6 +11,7 @@ import (
 	// Maintenance windows name IANA time zones; the image has no zoneinfo.
 	_ "time/tzdata"
 
+	"nodeconfig.io/services/configcheck/kubeletexec"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/controller"
 	"nodeconfig.io/services/reconciler/server"
@@ -51,6 +52,7 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&a.TokenLifetime, "agent-token-lifetime", agents.DefaultTokenLifetime, "life asked for each node's token (at least 10m: the API server refuses a shorter TokenRequest); a token is replaced at 80 % of the life granted")
 	fs.DurationVar(&a.TokenRenewAfter, "agent-token-renew-after", 0, "replace each node's token this long after it was minted, if sooner than 80 % of its life (0: at 80 %; tests, to see renewals within seconds)")
 	fs.BoolVar(&o.server.NodeValidationOnly, "node-validation-only", false, "do not validate a new version before assigning it; leave validation to the nodes (on activation), e.g. while their validator is newer than this reconciler's")
+	fs.StringVar(&o.server.KubeletCheck, "kubelet-check-binary", kubeletexec.DefaultPath(), "the "+kubeletexec.Binary+" binary that runs the kubelet validator of the central validation, one short-lived process per new version; by default the one next to this binary")
 	fs.StringVar(&o.server.NodeEvents, "node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
 	fs.IntVar(&a.MaxConnections, "agent-max-connections", 256, "most agent connections kept open (least recently used closed first)")
 	fs.IntVar(&o.server.Workers, "workers", 16, "concurrent node syncs (each mostly waits on its agent, so more than the cores)")

@@ -223,20 +223,31 @@ func BinDir() (string, error) {
 	return filepath.Join(root, "bin"), nil
 }
 
+// companions are the binaries a binary runs from its own directory, as
+// make build and the images install them: the reconciler's kubelet
+// validator (nodeconfig-kubelet-check), which its --kubelet-check-binary
+// finds there by default.
+var companions = map[string][]string{"reconciler": {"nodeconfig-kubelet-check"}}
+
 // Binary returns the path of a built binary, or an error telling how to
-// build it.
+// build it (or the binaries it runs beside it).
 func Binary(name string) (string, error) {
 	dir, err := BinDir()
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, name)
-	if _, err := os.Stat(path); err != nil {
-		hint := "make build"
-		if name == "kube-apiserver" || name == "etcd" {
-			hint = "make testbin"
+	for _, n := range append([]string{name}, companions[name]...) {
+		path := filepath.Join(dir, n)
+		if _, err := os.Stat(path); err != nil {
+			hint := "make build"
+			if n == "kube-apiserver" || n == "etcd" {
+				hint = "make testbin"
+			}
+			if n != name {
+				return "", fmt.Errorf("%s runs %s from its directory, not found at %s: run '%s' first ('make test' does it)", name, n, path, hint)
+			}
+			return "", fmt.Errorf("%s not found at %s: run '%s' first ('make test' does it)", name, path, hint)
 		}
-		return "", fmt.Errorf("%s not found at %s: run '%s' first ('make test' does it)", name, path, hint)
 	}
-	return path, nil
+	return filepath.Join(dir, name), nil
 }

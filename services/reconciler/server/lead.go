@@ -16,7 +16,7 @@ import (
 
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/configcheck"
-	"nodeconfig.io/services/configcheck/kubeletcheck"
+	"nodeconfig.io/services/configcheck/kubeletexec"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/cmwatch"
 	"nodeconfig.io/services/reconciler/internal/controller"
@@ -57,7 +57,7 @@ func (r *Reconciler) lead(ctx context.Context) {
 		Kube: r.o.Kube, Dynamic: r.o.Dynamic,
 		Nodes: nodes.Lister(), ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, NodeConfigs: ncs.Lister(), Synced: synced,
 		Agents: agentPool, Recorder: recorder, NormalNodeEvents: r.o.NodeEvents == "all", NodeValidationOnly: r.o.NodeValidationOnly,
-		Checker: configcheck.Checker{Kubelet: kubeletcheck.Check},
+		Checker: configcheck.Checker{Kubelet: kubeletexec.Runner{Path: r.o.KubeletCheck}.Check},
 		Metrics: r.metrics, Log: r.o.Log,
 		BaseDelay: r.o.BaseDelay, MaxDelay: r.o.MaxDelay,
 	})

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/configcheck/kubeletexec"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/controller"
 	"nodeconfig.io/services/reconciler/internal/grpcapi"
@@ -41,6 +42,11 @@ type Options struct {
 	// NodeValidationOnly leaves validating a new version to the nodes (on
 	// activation) instead of validating it before assigning it.
 	NodeValidationOnly bool
+	// KubeletCheck is the nodeconfig-kubelet-check binary the central
+	// validation runs for the kubelet validator (kubeletexec): the
+	// kubelet's code stays out of this process. New refuses a path that is
+	// not an executable file, unless NodeValidationOnly.
+	KubeletCheck string
 	// Workers is how many node syncs run at once.
 	Workers int
 	// BaseDelay and MaxDelay bound a node's retry delay after an early
@@ -93,6 +99,12 @@ type Reconciler struct {
 func New(o Options) (*Reconciler, error) {
 	if o.NodeEvents != "warnings" && o.NodeEvents != "all" {
 		return nil, fmt.Errorf("--node-events %q: want warnings or all", o.NodeEvents)
+	}
+	if !o.NodeValidationOnly {
+		if err := kubeletexec.Verify(o.KubeletCheck); err != nil {
+			return nil, fmt.Errorf("central validation: %v: install %s next to the reconciler (make build and the image do), "+
+				"name it with --kubelet-check-binary, or leave validation to the nodes with --node-validation-only", err, kubeletexec.Binary)
+		}
 	}
 	tokens, err := nodeTokens(o.Kube, o.Agents)
 	if err != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,13 +23,19 @@ import (
 )
 
 func options(t *testing.T, kube *kubefake.Clientset) Options {
+	// New only looks for an executable file there; no test here runs it.
+	kubeletCheck := filepath.Join(t.TempDir(), "nodeconfig-kubelet-check")
+	if err := os.WriteFile(kubeletCheck, []byte("#!/bin/sh\nexit 2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	return Options{
-		Kube:       kube,
-		Dynamic:    dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "NodeConfigList"}),
-		Log:        slog.New(slog.DiscardHandler),
-		Agents:     Agents{SocketTemplate: filepath.Join(t.TempDir(), "{node}.sock")},
-		NodeEvents: "warnings",
-		Workers:    1,
+		KubeletCheck: kubeletCheck,
+		Kube:         kube,
+		Dynamic:      dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "NodeConfigList"}),
+		Log:          slog.New(slog.DiscardHandler),
+		Agents:       Agents{SocketTemplate: filepath.Join(t.TempDir(), "{node}.sock")},
+		NodeEvents:   "warnings",
+		Workers:      1,
 	}
 }
 
@@ -43,12 +50,31 @@ func TestNewRefusesOptionsThatCannotWork(t *testing.T) {
 		{"tokens in clear text", func(o *Options) {
 			o.Agents.TokenAudience, o.Agents.TokenServiceAccount = "agent/{node}", "ns/r"
 		}, "need --agent-ca-file"},
+		// What to do is in the message: install it, name it, or turn the
+		// central check off.
+		{"kubelet validator missing", func(o *Options) { o.KubeletCheck += ".missing" },
+			"nodeconfig-kubelet-check.missing does not exist: install nodeconfig-kubelet-check next to the reconciler (make build and the image do), name it with --kubelet-check-binary, or leave validation to the nodes with --node-validation-only"},
+		{"kubelet validator not executable", func(o *Options) {
+			if err := os.Chmod(o.KubeletCheck, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "is not an executable file"},
 	} {
 		o := options(t, kubefake.NewClientset())
 		tc.change(&o)
 		if _, err := New(o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err %v, want one saying %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// Without central validation the kubelet validator's binary is not
+// needed.
+func TestNewWithNodeValidationOnlyNeedsNoKubeletCheck(t *testing.T) {
+	o := options(t, kubefake.NewClientset())
+	o.KubeletCheck, o.NodeValidationOnly = filepath.Join(t.TempDir(), "missing"), true
+	if _, err := New(o); err != nil {
+		t.Fatalf("New with --node-validation-only and no kubelet validator: %v", err)
 	}
 }
 
