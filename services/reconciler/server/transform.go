@@ -3,19 +3,35 @@ package server
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // slim drops what the reconciler never reads from cached objects: managed
-// fields, and on Nodes the image list and status (real Nodes carry
-// kilobytes of them, times the fleet).
+// fields, and of a Node all but what slimNode keeps.
 func slim(obj any) (any, error) {
+	if n, ok := obj.(*corev1.Node); ok {
+		return slimNode(n), nil
+	}
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
-	if n, ok := obj.(*corev1.Node); ok {
-		n.Status = corev1.NodeStatus{}
-	}
 	return obj, nil
+}
+
+// slimNode keeps of a Node its identity, its labels (what selectors read)
+// and the abandoned mark. The rest (status, spec, the other annotations,
+// statusd's config status among them) is kilobytes per Node, times the
+// fleet, and held for as long as the cache.
+func slimNode(n *corev1.Node) *corev1.Node {
+	kept := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Generation: n.Generation,
+		Labels: n.Labels, DeletionTimestamp: n.DeletionTimestamp,
+	}}
+	if v, ok := n.Annotations[v1alpha1.AnnotationAbandoned]; ok {
+		kept.Annotations = map[string]string{v1alpha1.AnnotationAbandoned: v}
+	}
+	return kept
 }
 
 // agentPodOnly keeps of an agent Pod what finding its node's agent needs:

@@ -4,13 +4,19 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
-func TestSlimDropsManagedFieldsAndNodeStatus(t *testing.T) {
+func TestSlimKeepsOfANodeWhatTheReconcilerReads(t *testing.T) {
+	gone := metav1.Now()
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"pool": "a"},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{"pool": "a"},
+			Annotations:       map[string]string{v1alpha1.AnnotationAbandoned: "nc-1", v1alpha1.NodeAnnotationConfigStatus: `{"big":"status"}`},
+			DeletionTimestamp: &gone, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
+		Spec:   corev1.NodeSpec{PodCIDR: "10.0.0.0/24", Taints: []corev1.Taint{{Key: "k"}}},
 		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"big"}}}},
 	}
 	out, err := slim(node)
@@ -18,11 +24,24 @@ func TestSlimDropsManagedFieldsAndNodeStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := out.(*corev1.Node)
-	if n.ManagedFields != nil || len(n.Status.Images) != 0 {
-		t.Errorf("slim kept managed fields %v or images %v", n.ManagedFields, n.Status.Images)
+	want := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{"pool": "a"},
+		Annotations: map[string]string{v1alpha1.AnnotationAbandoned: "nc-1"}, DeletionTimestamp: &gone}}
+	if !equality.Semantic.DeepEqual(n, want) {
+		t.Errorf("slim kept\n%+v\nwant\n%+v", n, want)
 	}
-	if n.Labels["pool"] != "a" {
-		t.Errorf("slim dropped the labels the selectors read: %v", n.Labels)
+	delete(node.Annotations, v1alpha1.AnnotationAbandoned)
+	out, _ = slim(node)
+	if a := out.(*corev1.Node).Annotations; a != nil {
+		t.Errorf("a Node that is not abandoned kept annotations %v", a)
+	}
+}
+
+func TestSlimDropsManagedFieldsOfOtherObjects(t *testing.T) {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+		Data: map[string]string{"k": "v"}}
+	out, _ := slim(cm)
+	if c := out.(*corev1.ConfigMap); c.ManagedFields != nil || c.Data["k"] != "v" {
+		t.Errorf("slim of a ConfigMap: %+v", c)
 	}
 }
 
