@@ -257,6 +257,11 @@ func run(o options) (err error) {
 			return err
 		}
 	}
+	pids := fleetPids(hosts, c.APIServer.Pid(), c.Etcd.Pid(), reconciler.Pid())
+	cpuBefore, err := readCPU(pids)
+	if err != nil {
+		return err
+	}
 	start = time.Now()
 	next := configMap(2)
 	next.ResourceVersion = cm.ResourceVersion
@@ -267,7 +272,13 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
+	cpuAfter, err := readCPU(pids)
+	if err != nil {
+		return err
+	}
 	report("config change"+changeTarget(n), change)
+	cpu := cpuAfter.minus(cpuBefore)
+	fmt.Printf("    CPU it took: %v (all active in %.2f x that)\n", cpu, change.all().Seconds()/cpu.floor())
 	// One statusd write a node shows the new config active: the fleet's
 	// change takes at least n of them at the ceiling.
 	var floor float64
@@ -316,7 +327,8 @@ func run(o options) (err error) {
 	if ceiling > 0 {
 		line += fmt.Sprintf(" %.0f api-writes/s %.2f floor-s %.2f ratio-to-floor", ceiling, floor, change.all().Seconds()/floor)
 	}
-	fmt.Printf("%s %.2f s-per-1000-nodes\n", line, perThousand)
+	fmt.Printf("%s %.2f s-per-1000-nodes %.2f cpu-floor-s %.1f agents-cpu-s %.1f control-plane-cpu-s\n",
+		line, perThousand, cpu.floor(), cpu.agents, cpu.controlPlane())
 	return nil
 }
 

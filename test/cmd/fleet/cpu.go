@@ -1,0 +1,82 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+
+	"github.com/prometheus/procfs"
+)
+
+// cpuUse is the CPU time (user and system, seconds) each part of the run
+// spent: the simulated nodes' agents with this harness, the API server,
+// etcd and the reconciler. On a real fleet each node's agents run on that
+// node; here every part shares this machine's cores, so a change cannot
+// finish before the CPU it takes is spread over them: that is its CPU
+// floor.
+type cpuUse struct {
+	agents, apiServer, etcd, reconciler float64
+}
+
+// cpuPids are the processes whose CPU time cpuUse sums.
+type cpuPids struct {
+	agents                      []int // this process and the agent hosts
+	apiServer, etcd, reconciler int
+}
+
+func readCPU(p cpuPids) (cpuUse, error) {
+	var u cpuUse
+	for _, pid := range p.agents {
+		s, err := cpuSeconds(pid)
+		if err != nil {
+			return u, err
+		}
+		u.agents += s
+	}
+	var err error
+	for _, part := range []struct {
+		pid int
+		to  *float64
+	}{{p.apiServer, &u.apiServer}, {p.etcd, &u.etcd}, {p.reconciler, &u.reconciler}} {
+		if *part.to, err = cpuSeconds(part.pid); err != nil {
+			return u, err
+		}
+	}
+	return u, nil
+}
+
+func cpuSeconds(pid int) (float64, error) {
+	proc, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, err
+	}
+	st, err := proc.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
+	}
+	return st.CPUTime(), nil
+}
+
+func (u cpuUse) minus(before cpuUse) cpuUse {
+	return cpuUse{agents: u.agents - before.agents, apiServer: u.apiServer - before.apiServer,
+		etcd: u.etcd - before.etcd, reconciler: u.reconciler - before.reconciler}
+}
+
+func (u cpuUse) total() float64        { return u.agents + u.apiServer + u.etcd + u.reconciler }
+func (u cpuUse) controlPlane() float64 { return u.apiServer + u.etcd + u.reconciler }
+
+// floor is the time the CPU taken needs on this machine's cores.
+func (u cpuUse) floor() float64 { return u.total() / float64(runtime.NumCPU()) }
+
+func (u cpuUse) String() string {
+	return fmt.Sprintf("agents and harness %.1f s, API server %.1f s, etcd %.1f s, reconciler %.1f s: %.1f s on %d cores, at least %.2f s",
+		u.agents, u.apiServer, u.etcd, u.reconciler, u.total(), runtime.NumCPU(), u.floor())
+}
+
+func fleetPids(hosts *agentHosts, apiServer, etcd, reconciler int) cpuPids {
+	agents := []int{os.Getpid()}
+	if hosts != nil {
+		agents = append(agents, hosts.pids()...)
+	}
+	return cpuPids{agents: agents, apiServer: apiServer, etcd: etcd, reconciler: reconciler}
+}
