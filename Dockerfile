@@ -4,10 +4,17 @@ FROM golang:1.26 AS build
 ARG SERVICE
 WORKDIR /src
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/service nodeconfig.io/services/${SERVICE}
+# The reconciler runs the kubelet validator as a child process found next to
+# itself (/nodeconfig-kubelet-check); /out/beside stays empty for the others.
+RUN mkdir -p /out/beside && \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/service nodeconfig.io/services/${SERVICE} && \
+    if [ "${SERVICE}" = reconciler ]; then \
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/beside/ nodeconfig.io/services/configcheck/cmd/nodeconfig-kubelet-check; \
+    fi
 
 FROM scratch
 COPY --from=build /out/service /service
+COPY --from=build /out/beside/ /
 COPY --from=build --chmod=1777 /tmp /tmp
 USER 65532:65532
 ENTRYPOINT ["/service"]

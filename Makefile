@@ -22,7 +22,7 @@ TESTBIN  := $(BIN)/kube-apiserver $(BIN)/etcd
 NODEBIN  := $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 SERVICES := checkpointd statusd reconciler
 # The kubelet validator the reconciler runs as a child process, installed
-# next to it in ./bin.
+# next to it (in ./bin, and in its image).
 KUBELET_CHECK := nodeconfig.io/services/configcheck/cmd/nodeconfig-kubelet-check
 PACKAGES := nodeconfig.io/...
 
@@ -81,9 +81,11 @@ $(BIN)/ocibuild: tools/go.mod tools/go.sum tools/cmd/ocibuild/main.go
 
 images: $(BIN)/ocibuild ## OCI image tarballs of the services in ./bin/images (docker load -i ...)
 	@mkdir -p $(BIN)/linux-amd64 $(BIN)/images
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/ $(addprefix nodeconfig.io/services/,$(SERVICES))
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/ $(addprefix nodeconfig.io/services/,$(SERVICES)) $(KUBELET_CHECK)
+	@# The reconciler finds its kubelet validator next to itself: /nodeconfig-kubelet-check.
 	@for s in $(SERVICES); do \
-		$(BIN)/ocibuild --binary $(BIN)/linux-amd64/$$s --tag $(IMAGE_REPO)/$$s:$(IMAGE_TAG) --out $(BIN)/images/$$s.tar && \
+		case $$s in reconciler) add="--add $(BIN)/linux-amd64/$(notdir $(KUBELET_CHECK))";; *) add="";; esac; \
+		$(BIN)/ocibuild --binary $(BIN)/linux-amd64/$$s $$add --tag $(IMAGE_REPO)/$$s:$(IMAGE_TAG) --out $(BIN)/images/$$s.tar && \
 		echo "$(BIN)/images/$$s.tar  $(IMAGE_REPO)/$$s:$(IMAGE_TAG)"; \
 	done
 	@CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/pause nodeconfig.io/test/cmd/pause

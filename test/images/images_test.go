@@ -3,6 +3,7 @@ package images
 
 import (
 	"archive/tar"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -20,6 +21,8 @@ import (
 
 // Each image loads, runs its binary as a non-root user, is tagged as
 // deploy/kustomization.yaml references it, and its binary answers --help.
+// The reconciler's also holds its kubelet validator next to its binary,
+// where the reconciler looks for it by default, and the validator judges.
 func TestImagesAreLoadableNonRootAndRun(t *testing.T) {
 	root, err := proc.RepoRoot()
 	if err != nil {
@@ -64,10 +67,10 @@ func TestImagesAreLoadableNonRootAndRun(t *testing.T) {
 			if cfg.Config.User != "65532:65532" || cfg.OS != "linux" {
 				t.Fatalf("user %q os %q", cfg.Config.User, cfg.OS)
 			}
-			// Take the binary out of the image's filesystem and run it.
+			// Take the binaries out of the image's filesystem and run them.
 			tr := tar.NewReader(mutate.Extract(img))
-			exe := filepath.Join(t.TempDir(), service)
-			found := false
+			dir := t.TempDir()
+			files := map[string]bool{}
 			for {
 				h, err := tr.Next()
 				if err == io.EOF {
@@ -76,25 +79,66 @@ func TestImagesAreLoadableNonRootAndRun(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if h.Name == "service" || h.Name == "/service" {
-					f, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if _, err := io.Copy(f, tr); err != nil {
-						t.Fatal(err)
-					}
-					f.Close()
-					found = true
+				name := strings.TrimPrefix(h.Name, "/")
+				if h.Typeflag != tar.TypeReg || strings.Contains(name, "/") {
+					continue
+				}
+				if h.Mode&0o005 != 0o005 {
+					t.Fatalf("/%s has mode %o: the image's user cannot run it", name, h.Mode)
+				}
+				f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_WRONLY, 0o755)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.Copy(f, tr); err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				files[name] = true
+			}
+			want := map[string]bool{"service": true}
+			if service == "reconciler" {
+				want["nodeconfig-kubelet-check"] = true
+			}
+			for name := range want {
+				if !files[name] {
+					t.Fatalf("no /%s in the image (it has %v)", name, files)
 				}
 			}
-			if !found {
-				t.Fatal("no /service in the image")
+			for name := range files {
+				if !want[name] {
+					t.Fatalf("/%s in the image, which wants only %v", name, want)
+				}
 			}
-			out, err := exec.Command(exe, "--help").CombinedOutput()
+			out, err := exec.Command(filepath.Join(dir, "service"), "--help").CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "-listen") {
 				t.Fatalf("%s --help: %v\n%s", service, err, out)
 			}
+			if service == "reconciler" {
+				if !strings.Contains(string(out), "-kubelet-check-binary") {
+					t.Fatalf("reconciler --help has no --kubelet-check-binary:\n%s", out)
+				}
+				checkKubeletValidator(t, filepath.Join(dir, "nodeconfig-kubelet-check"))
+			}
 		})
+	}
+}
+
+// checkKubeletValidator runs the validator of an image on a valid and an
+// invalid drop-in: exit 0, then exit 1 with the kubelet's words.
+func checkKubeletValidator(t *testing.T, exe string) {
+	t.Helper()
+	const valid = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 110\n"
+	cmd := exec.Command(exe)
+	cmd.Stdin = strings.NewReader(valid)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the image's kubelet validator on a valid drop-in: %v\n%s", err, out)
+	}
+	cmd = exec.Command(exe)
+	cmd.Stdin = strings.NewReader(valid + "hairpinMode: bogus\n")
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "hairpinMode") {
+		t.Fatalf("the image's kubelet validator on hairpinMode: bogus: %v, stdout %q; want exit 1 naming hairpinMode", err, out)
 	}
 }

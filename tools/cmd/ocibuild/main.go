@@ -1,6 +1,8 @@
 // Command ocibuild packs one static binary into an OCI image tarball that
 // 'docker load' and 'podman load' accept, with no Docker engine: a scratch
-// image of one layer, the binary as entrypoint, a non-root user.
+// image of one layer, the binary as entrypoint, a non-root user. --add puts
+// another binary beside it, which the entrypoint finds next to itself (the
+// reconciler's nodeconfig-kubelet-check).
 package main
 
 import (
@@ -25,22 +27,23 @@ func main() {
 	ref := flag.String("tag", "", "image reference, e.g. ghcr.io/nodeconfig/checkpointd:dev")
 	out := flag.String("out", "", "output tarball")
 	user := flag.String("user", "65532:65532", "user:group the image runs as")
+	var extra []string
+	flag.Func("add", "another binary, put in / under its own name, next to the entrypoint (repeatable)", func(p string) error {
+		extra = append(extra, p)
+		return nil
+	})
 	flag.Parse()
-	if err := build(*binary, *ref, *out, *user); err != nil {
+	if err := build(*binary, extra, *ref, *out, *user); err != nil {
 		fmt.Fprintln(os.Stderr, "ocibuild:", err)
 		os.Exit(1)
 	}
 }
 
-func build(binary, ref, out, user string) error {
+func build(binary string, extra []string, ref, out, user string) error {
 	if binary == "" || ref == "" || out == "" {
 		return fmt.Errorf("--binary, --tag and --out are required")
 	}
 	tag, err := name.NewTag(ref)
-	if err != nil {
-		return err
-	}
-	content, err := os.ReadFile(binary)
 	if err != nil {
 		return err
 	}
@@ -53,11 +56,27 @@ func build(binary, ref, out, user string) error {
 	if err := tw.WriteHeader(&tar.Header{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: epoch}); err != nil {
 		return err
 	}
-	if err := tw.WriteHeader(&tar.Header{Name: entry[1:], Mode: 0o755, Size: int64(len(content)), ModTime: epoch}); err != nil {
-		return err
+	files := map[string]string{entry[1:]: binary}
+	names := []string{entry[1:]}
+	for _, p := range extra {
+		n := filepath.Base(p)
+		if _, dup := files[n]; dup || n == "tmp" {
+			return fmt.Errorf("--add %s: /%s is already in the image", p, n)
+		}
+		files[n] = p
+		names = append(names, n)
 	}
-	if _, err := tw.Write(content); err != nil {
-		return err
+	for _, n := range names {
+		content, err := os.ReadFile(files[n])
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o755, Size: int64(len(content)), ModTime: epoch}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(content); err != nil {
+			return err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return err
