@@ -105,8 +105,10 @@ build-race: testbin ## the three services (and the reconciler's kubelet validato
 	@for b in etcd kube-apiserver; do ln -sf ../$$b $(BIN)/race/$$b; done
 
 # The e2e tests of the race pass: the reconciler's workers racing over one
-# NodeConfig (pacing, halts, departures, pause), fail-over, and TLS with tokens.
-RACE_E2E := TestFleetMaxInTrialNeverExceeded|TestFleetMaxFailuresHaltsAfterFirstRollback|TestRolloutHaltSurvivesNodeDeletionSpecEditAndFailover|TestSelectorChangeResetsArePacedAcrossAFailOver|TestPausedRolloutStartsNoTrialAndResumeContinues|TestReconcilerDrivesAuthenticatedAgentOverTLS|TestCentralValidationRefusesBeforeAnyNode
+# NodeConfig (pacing, halts, departures, pause), fail-over, TLS with tokens, and
+# central validation (the nodes of a version sharing one run of the kubelet
+# validator's child process).
+RACE_E2E := TestFleetMaxInTrialNeverExceeded|TestFleetMaxFailuresHaltsAfterFirstRollback|TestRolloutHaltSurvivesNodeDeletionSpecEditAndFailover|TestSelectorChangeResetsArePacedAcrossAFailOver|TestPausedRolloutStartsNoTrialAndResumeContinues|TestReconcilerDrivesAuthenticatedAgentOverTLS|TestCentralValidationRefusesBeforeAnyNode|TestCentralKubeletValidationRunsInAChildProcess
 
 test: lint build build-race testbin nodebin node-packages images ## lint, then every unit and integration test, the race pass, the real node, and one pass of each benchmark
 	go test -run '^$$' -bench . -benchtime 1x nodeconfig.io/services/... nodeconfig.io/test/e2e
