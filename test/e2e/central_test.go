@@ -37,9 +37,8 @@ func TestCentralValidationRefusesBeforeAnyNode(t *testing.T) {
 	bad := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: [110\n"})
 	e.waitNodeConfigCondition(e.label, "Degraded", metav1.ConditionTrue, "ConfigRefused", 20*time.Second)
 	e.waitNodeConfigCondition(e.label, "Ready", metav1.ConditionFalse, "ConfigRefused", 20*time.Second)
-	e.waitEvent("NodeConfig", e.label, "ConfigRefused", 10*time.Second)
-	ev := e.events(t, "NodeConfig", e.label, "ConfigRefused")[0]
-	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, bad.ResourceVersion) || !strings.Contains(ev.Message, "invalid YAML") {
+	ev := e.waitEventNaming("NodeConfig", e.label, "ConfigRefused", "resourceVersion "+bad.ResourceVersion+" ", 10*time.Second)
+	if ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, "invalid YAML") {
 		t.Fatalf("event %s %q; want a Warning naming the version and the validator's words", ev.Type, ev.Message)
 	}
 	// The nodes' own records did not move: nothing assigned, nothing
@@ -136,7 +135,9 @@ func TestCentralKubeletValidationRunsInAChildProcess(t *testing.T) {
 		}
 	}
 	e.waitNodeConfigCondition(e.label, "Ready", metav1.ConditionFalse, "ValidationUnavailable", 10*time.Second)
-	e.waitEvent("NodeConfig", e.label, "ValidationUnavailable", 10*time.Second)
+	if ev := e.waitEventNaming("NodeConfig", e.label, "ValidationUnavailable", "resourceVersion "+next.ResourceVersion+" ", 10*time.Second); ev.Type != corev1.EventTypeWarning || !strings.Contains(ev.Message, check) {
+		t.Fatalf("event %s %q; want a Warning naming the binary", ev.Type, ev.Message)
+	}
 	unchanged("a version the validator could not judge")
 	// The nodes retry with backoff, each failing with the reason.
 	for _, n := range e.nodes {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,27 @@ func (e *env) events(t testing.TB, kind, name, reason string) []corev1.Event {
 		t.Fatal(err)
 	}
 	return list.Items
+}
+
+// waitEventNaming waits for an Event about an object with the given reason
+// whose message contains what, and returns it: Events outlive the objects
+// they are about, so a rerun of a test (-count) sees its earlier run's.
+func (e *env) waitEventNaming(kind, name, reason, what string, timeout time.Duration) corev1.Event {
+	e.t.Helper()
+	var found corev1.Event
+	err := proc.WaitFor(timeout, func() (bool, error) {
+		for _, ev := range e.events(e.t, kind, name, reason) {
+			if strings.Contains(ev.Message, what) {
+				found = ev
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		e.t.Fatalf("no %s event on %s %s naming %q: %v", reason, kind, name, what, err)
+	}
+	return found
 }
 
 func (e *env) waitEvent(kind, name, reason string, timeout time.Duration) {
