@@ -62,6 +62,7 @@ type options struct {
 	fsync, keep, auth          bool
 	profiles                   string
 	ceiling                    time.Duration
+	reconcilerFlags            []string
 }
 
 func main() {
@@ -80,6 +81,10 @@ func main() {
 	flag.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the agents and the API server during the config change, and the reconciler's heap after it, to this directory (agents in this process only: at most -agents-per-process nodes)")
 	flag.BoolVar(&o.auth, "auth", true, "the installed path: each agent serves TLS on a loopback address of its own and checks the reconciler's per-node token with TokenReview; false: unix sockets, no authentication")
 	flag.IntVar(&o.perProcess, "agents-per-process", 3000, fmt.Sprintf("most nodes whose agents one process hosts, about %d open files each: up to this many this process hosts them all, a larger fleet is split evenly across child processes of this command", filesPerNode))
+	flag.Func("reconciler-flag", "one more flag for the reconciler, e.g. -reconciler-flag=--agent-max-connections=64 (repeatable)", func(v string) error {
+		o.reconcilerFlags = append(o.reconcilerFlags, v)
+		return nil
+	})
 	flag.DurationVar(&o.ceiling, "ceiling", 5*time.Second, "how long to measure the API server's Node write ceiling before the rollout (0: not measured)")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -214,7 +219,7 @@ func run(o options) (err error) {
 		fmt.Printf("  API server write ceiling: %.0f Node writes/s (%d writers, merge patches of the status, %v)\n", ceiling, min(ceilingWriters, n), o.ceiling)
 	}
 
-	reconciler, metricsAddr, err := startReconciler(c, root, o.workers, reconcilerArgs(root, n, sec))
+	reconciler, metricsAddr, err := startReconciler(c, root, o.workers, append(reconcilerArgs(root, n, sec), o.reconcilerFlags...))
 	if err != nil {
 		return err
 	}
