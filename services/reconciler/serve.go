@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/clientcmd"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -29,6 +30,9 @@ func (o *options) Run(p *servekit.Process) error {
 	so := o.server
 	so.Kube, so.Log = kube, p.Log
 	if so.Dynamic, err = dynamic.NewForConfig(restCfg); err != nil {
+		return err
+	}
+	if so.Metadata, err = metadata.NewForConfig(restCfg); err != nil {
 		return err
 	}
 	if o.leaderElect {

@@ -11,6 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/metadata/metadatalister"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -22,11 +24,17 @@ import (
 	"nodeconfig.io/services/reconciler/internal/controller"
 )
 
+// nodesResource is what the Node informer lists and watches.
+var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
+
 // lead builds the reconciler's whole view (informers, agent pool, event
 // recorder, controller) and runs the controller until ctx ends.
 func (r *Reconciler) lead(ctx context.Context) {
-	factory := informers.NewSharedInformerFactoryWithOptions(r.o.Kube, 0, informers.WithTransform(slim))
-	nodes := factory.Core().V1().Nodes()
+	// Nodes are watched as metadata only: the API server leaves out their
+	// spec and status (kilobytes each, rewritten by every status patch),
+	// so neither the decoding nor the cache pays for them.
+	metaFactory := metadatainformer.NewSharedInformerFactoryWithOptions(r.o.Metadata, 0, metadatainformer.WithTransform(slimNode))
+	nodes := metaFactory.ForResource(nodesResource)
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(r.o.Dynamic, 0)
 	ncs := dynFactory.ForResource(v1alpha1.GroupVersionResource)
 	// Only the ConfigMaps NodeConfigs name are watched (cmwatch); the
@@ -55,7 +63,8 @@ func (r *Reconciler) lead(ctx context.Context) {
 
 	c := controller.New(controller.Options{
 		Kube: r.o.Kube, Dynamic: r.o.Dynamic,
-		Nodes: nodes.Lister(), ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, NodeConfigs: ncs.Lister(), Synced: synced,
+		Nodes:      metadatalister.New(nodes.Informer().GetIndexer(), nodesResource),
+		ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, NodeConfigs: ncs.Lister(), Synced: synced,
 		Agents: agentPool, Recorder: recorder, NormalNodeEvents: r.o.NodeEvents == "all", NodeValidationOnly: r.o.NodeValidationOnly,
 		Checker: configcheck.Checker{Kubelet: kubeletexec.Runner{Path: r.o.KubeletCheck}.Check},
 		Metrics: r.metrics, Log: r.o.Log,
@@ -71,9 +80,9 @@ func (r *Reconciler) lead(ctx context.Context) {
 		podFactory.Start(ctx.Done())
 		defer podFactory.Shutdown()
 	}
-	factory.Start(ctx.Done())
+	metaFactory.Start(ctx.Done())
 	dynFactory.Start(ctx.Done())
-	defer factory.Shutdown()
+	defer metaFactory.Shutdown()
 	defer dynFactory.Shutdown()
 	r.current.Store(c)
 	defer r.current.Store(nil)

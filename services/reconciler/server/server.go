@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/leaderelection"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -34,8 +35,11 @@ const maxTokenNodes = 1 << 15
 type Options struct {
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
-	Log     *slog.Logger
-	Agents  Agents
+	// Metadata lists and watches the Nodes, of which the reconciler reads
+	// only metadata.
+	Metadata metadata.Interface
+	Log      *slog.Logger
+	Agents   Agents
 	// NodeEvents says which node transitions become Events: "warnings"
 	// (rollbacks, failures, drift) or "all" (also activated and promoted).
 	NodeEvents string

@@ -18,20 +18,35 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 
 	"nodeconfig.io/services/api/v1alpha1"
 )
 
-func options(t *testing.T, kube *kubefake.Clientset) Options {
+// options are a reconciler's over fake clients; nodes are the Nodes the
+// API server has.
+func options(t *testing.T, kube *kubefake.Clientset, nodes ...string) Options {
 	// New only looks for an executable file there; no test here runs it.
 	kubeletCheck := filepath.Join(t.TempDir(), "nodeconfig-kubelet-check")
 	if err := os.WriteFile(kubeletCheck, []byte("#!/bin/sh\nexit 2\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	metaScheme := metadatafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(metaScheme); err != nil {
+		t.Fatal(err)
+	}
+	var nodeMetas []runtime.Object
+	for _, n := range nodes {
+		if _, err := kube.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		nodeMetas = append(nodeMetas, &metav1.PartialObjectMetadata{TypeMeta: nodeTypeMeta, ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
 	return Options{
 		KubeletCheck: kubeletCheck,
 		Kube:         kube,
 		Dynamic:      dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "NodeConfigList"}),
+		Metadata:     metadatafake.NewSimpleMetadataClient(metaScheme, nodeMetas...),
 		Log:          slog.New(slog.DiscardHandler),
 		Agents:       Agents{SocketTemplate: filepath.Join(t.TempDir(), "{node}.sock")},
 		NodeEvents:   "warnings",
@@ -81,8 +96,7 @@ func TestNewWithNodeValidationOnlyNeedsNoKubeletCheck(t *testing.T) {
 // Without leader election, Run leads at once: the ReconcilerService answers
 // from the running controller, and not once Run has returned.
 func TestRunServesTheControllerUntilTheContextEnds(t *testing.T) {
-	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}})
-	r, err := New(options(t, kube))
+	r, err := New(options(t, kubefake.NewClientset(), "n1"))
 	if err != nil {
 		t.Fatal(err)
 	}

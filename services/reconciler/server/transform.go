@@ -7,31 +7,38 @@ import (
 	"nodeconfig.io/services/api/v1alpha1"
 )
 
-// slim drops what the reconciler never reads from cached objects: managed
-// fields, and of a Node all but what slimNode keeps.
+// slim drops what the reconciler never reads from cached objects: their
+// managed fields.
 func slim(obj any) (any, error) {
-	if n, ok := obj.(*corev1.Node); ok {
-		return slimNode(n), nil
-	}
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
 }
 
-// slimNode keeps of a Node its identity, its labels (what selectors read)
-// and the abandoned mark. The rest (status, spec, the other annotations,
-// statusd's config status among them) is kilobytes per Node, times the
-// fleet, and held for as long as the cache.
-func slimNode(n *corev1.Node) *corev1.Node {
-	kept := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+// nodeTypeMeta names what a cached Node's metadata belongs to, as the
+// metadata client gives it only as PartialObjectMetadata.
+var nodeTypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}
+
+// slimNode is the Node informer's transform: of a Node's metadata it keeps
+// the identity, the labels (what selectors read) and the abandoned mark.
+// The managed fields and the other annotations (statusd's config status
+// among them) are kilobytes per Node, times the fleet, and held for as
+// long as the cache; the metadata informer already left out spec and
+// status. Tombstones and other objects pass unchanged.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	kept := &metav1.PartialObjectMetadata{TypeMeta: nodeTypeMeta, ObjectMeta: metav1.ObjectMeta{
 		Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Generation: n.Generation,
 		Labels: n.Labels, DeletionTimestamp: n.DeletionTimestamp,
 	}}
 	if v, ok := n.Annotations[v1alpha1.AnnotationAbandoned]; ok {
 		kept.Annotations = map[string]string{v1alpha1.AnnotationAbandoned: v}
 	}
-	return kept
+	return kept, nil
 }
 
 // agentPodOnly keeps of an agent Pod what finding its node's agent needs:

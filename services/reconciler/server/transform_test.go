@@ -6,33 +6,42 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"nodeconfig.io/services/api/v1alpha1"
 )
 
-func TestSlimKeepsOfANodeWhatTheReconcilerReads(t *testing.T) {
+func TestSlimNodeKeepsOfANodeWhatTheReconcilerReads(t *testing.T) {
 	gone := metav1.Now()
-	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{"pool": "a"},
+	// What the metadata informer hands over: a Node's metadata, named as
+	// PartialObjectMetadata.
+	node := &metav1.PartialObjectMetadata{
+		TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "7", Generation: 2, Labels: map[string]string{"pool": "a"},
 			Annotations:       map[string]string{v1alpha1.AnnotationAbandoned: "nc-1", v1alpha1.NodeAnnotationConfigStatus: `{"big":"status"}`},
-			DeletionTimestamp: &gone, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}}},
-		Spec:   corev1.NodeSpec{PodCIDR: "10.0.0.0/24", Taints: []corev1.Taint{{Key: "k"}}},
-		Status: corev1.NodeStatus{Images: []corev1.ContainerImage{{Names: []string{"big"}}}},
+			DeletionTimestamp: &gone, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
+			Finalizers: []string{"f"}, OwnerReferences: []metav1.OwnerReference{{Name: "o"}}},
 	}
-	out, err := slim(node)
+	out, err := slimNode(node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := out.(*corev1.Node)
-	want := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "7", Labels: map[string]string{"pool": "a"},
-		Annotations: map[string]string{v1alpha1.AnnotationAbandoned: "nc-1"}, DeletionTimestamp: &gone}}
+	n := out.(*metav1.PartialObjectMetadata)
+	want := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "u1", ResourceVersion: "7", Generation: 2, Labels: map[string]string{"pool": "a"},
+			Annotations: map[string]string{v1alpha1.AnnotationAbandoned: "nc-1"}, DeletionTimestamp: &gone}}
 	if !equality.Semantic.DeepEqual(n, want) {
-		t.Errorf("slim kept\n%+v\nwant\n%+v", n, want)
+		t.Errorf("slimNode kept\n%+v\nwant\n%+v", n, want)
 	}
 	delete(node.Annotations, v1alpha1.AnnotationAbandoned)
-	out, _ = slim(node)
-	if a := out.(*corev1.Node).Annotations; a != nil {
+	out, _ = slimNode(node)
+	if a := out.(*metav1.PartialObjectMetadata).Annotations; a != nil {
 		t.Errorf("a Node that is not abandoned kept annotations %v", a)
+	}
+	// A tombstone is the informer's, not a Node: it passes as it is.
+	tomb := cache.DeletedFinalStateUnknown{Key: "n1", Obj: n}
+	if out, _ := slimNode(tomb); out != any(tomb) {
+		t.Errorf("slimNode changed a tombstone into %+v", out)
 	}
 }
 

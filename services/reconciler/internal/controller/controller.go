@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata/metadatalister"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -25,9 +26,11 @@ import (
 
 // Options configure a Controller.
 type Options struct {
-	Kube       kubernetes.Interface
-	Dynamic    dynamic.Interface
-	Nodes      corelisters.NodeLister
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	// Nodes are the Nodes' metadata (labels, the abandoned mark): all
+	// the controller reads of a Node.
+	Nodes      metadatalister.Lister
 	ConfigMaps corelisters.ConfigMapLister
 	// ConfigMapErr says why a referenced ConfigMap cannot be read, if it
 	// cannot (nil: the lister's answer is all there is).

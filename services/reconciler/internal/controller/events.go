@@ -2,13 +2,16 @@ package controller
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/policy"
 )
 
-// nodeRef and nodeConfigRef are the objects Events are recorded on.
-func nodeRef(node *corev1.Node) *corev1.ObjectReference {
+// nodeRef and nodeConfigRef are the objects Events are recorded on. A
+// cached Node is its metadata alone, so its reference is built here: the
+// Event names the Node (v1, Kind Node), whatever type the cache holds.
+func nodeRef(node *metav1.PartialObjectMetadata) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}
 }
 
@@ -20,7 +23,7 @@ func nodeConfigRef(nc *v1alpha1.NodeConfig) *corev1.ObjectReference {
 // warnings always, on the Node and its NodeConfig; Normal ones on the Node
 // only with NormalNodeEvents, as its condition and annotation already show
 // them.
-func (c *Controller) emit(node *corev1.Node, nc *v1alpha1.NodeConfig, events []policy.Event) {
+func (c *Controller) emit(node *metav1.PartialObjectMetadata, nc *v1alpha1.NodeConfig, events []policy.Event) {
 	for _, e := range events {
 		typ := corev1.EventTypeNormal
 		if e.Warning {

@@ -31,7 +31,8 @@ func rolledOut(t *testing.T, nc *v1alpha1.NodeConfig) (*fixture, map[string]*fak
 		agents[n] = f.addNode(n, map[string]string{"pool": "a"})
 		// finalize patches the Nodes through the API.
 		obj, _, _ := f.nodes.GetByKey(n)
-		if _, err := f.kube.CoreV1().Nodes().Create(context.Background(), obj.(*corev1.Node), metav1.CreateOptions{}); err != nil {
+		node := &corev1.Node{ObjectMeta: *obj.(*metav1.PartialObjectMetadata).ObjectMeta.DeepCopy()}
+		if _, err := f.kube.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -201,7 +202,7 @@ func TestDeletionWithAbandonMarksTheNodesAndLeavesThem(t *testing.T) {
 			t.Errorf("%s: %s is %q, want nc", n, v1alpha1.AnnotationAbandoned, got)
 		}
 		// The informer brings the mark to the cache.
-		if err := f.nodes.Update(node); err != nil {
+		if err := f.nodes.Update(nodeMeta(node.ObjectMeta)); err != nil {
 			t.Fatal(err)
 		}
 	}

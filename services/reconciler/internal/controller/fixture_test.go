@@ -20,6 +20,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/metadata/metadatalister"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -59,7 +60,7 @@ func newFixture(t *testing.T) *fixture {
 	}
 	f.c = New(Options{
 		Kube: f.kube, Dynamic: f.dyn,
-		Nodes: corelisters.NewNodeLister(f.nodes), ConfigMaps: corelisters.NewConfigMapLister(f.cms),
+		Nodes: metadatalister.New(f.nodes, corev1.SchemeGroupVersion.WithResource("nodes")), ConfigMaps: corelisters.NewConfigMapLister(f.cms),
 		NodeConfigs: cache.NewGenericLister(f.ncs, v1alpha1.GroupVersionResource.GroupResource()),
 		Agents:      f.agents, Recorder: f.recorder,
 		Now: func() time.Time { return f.now },
@@ -70,7 +71,7 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) addNode(name string, labels map[string]string) *fakeAgent {
 	f.t.Helper()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: labels}}
+	n := nodeMeta(metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: labels})
 	if err := f.nodes.Add(n); err != nil {
 		f.t.Fatal(err)
 	}
@@ -80,6 +81,11 @@ func (f *fixture) addNode(name string, labels map[string]string) *fakeAgent {
 	f.agents.agents[name] = a
 	f.agents.mu.Unlock()
 	return a
+}
+
+// nodeMeta is a Node as the reconciler caches it: its metadata alone.
+func nodeMeta(m metav1.ObjectMeta) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: m}
 }
 
 func (f *fixture) addConfigMap(ns, name, rv string, data map[string]string) *corev1.ConfigMap {

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
@@ -16,7 +17,7 @@ func (c *Controller) Handlers() (nodes, configMaps, nodeConfigs, pods cache.Reso
 	nodes = cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.nodesChanged(); c.enqueueNode(obj) },
 		UpdateFunc: func(old, cur any) {
-			o, n := old.(*corev1.Node), cur.(*corev1.Node)
+			o, n := old.(*metav1.PartialObjectMetadata), cur.(*metav1.PartialObjectMetadata)
 			if !labels.Equals(o.Labels, n.Labels) {
 				c.nodesChanged()
 			}
@@ -50,7 +51,7 @@ func (c *Controller) enqueueNode(obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	if n, ok := obj.(*corev1.Node); ok {
+	if n, ok := obj.(*metav1.PartialObjectMetadata); ok {
 		c.nodeQ.Add(n.Name)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
@@ -34,13 +33,13 @@ func drain(q interface {
 func TestNodeUpdatesEnqueueOnlyWhatThePolicyReads(t *testing.T) {
 	f := newFixture(t)
 	nodes, _, _, _ := f.c.Handlers()
-	node := func(labels, annotations map[string]string) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: labels, Annotations: annotations}}
+	node := func(labels, annotations map[string]string) *metav1.PartialObjectMetadata {
+		return nodeMeta(metav1.ObjectMeta{Name: "n1", Labels: labels, Annotations: annotations})
 	}
 	base := node(map[string]string{"pool": "a"}, map[string]string{"nodeconfig.io/config-status": "{}"})
 	for _, tc := range []struct {
 		name      string
-		cur       *corev1.Node
+		cur       *metav1.PartialObjectMetadata
 		enqueued  bool
 		nodesMove bool
 	}{

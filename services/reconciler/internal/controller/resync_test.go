@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -120,9 +120,8 @@ func TestSyncEndingEarlyIsCountedAsEnded(t *testing.T) {
 	}
 	// Abandoned by a deleted NodeConfig, then selected by a live one: the
 	// sync first clears the mark, and the API refuses.
-	n := &corev1.Node{}
 	obj, _, _ := f.nodes.GetByKey("n1")
-	obj.(*corev1.Node).DeepCopyInto(n)
+	n := obj.(*metav1.PartialObjectMetadata).DeepCopy()
 	n.Annotations = map[string]string{v1alpha1.AnnotationAbandoned: "nc-old"}
 	if err := f.nodes.Update(n); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -55,7 +54,7 @@ func (c *Controller) selectorErr(nc *v1alpha1.NodeConfig) error {
 	return c.selectionLocked(nc).err
 }
 
-func (c *Controller) selects(nc *v1alpha1.NodeConfig, node *corev1.Node) bool {
+func (c *Controller) selects(nc *v1alpha1.NodeConfig, node *metav1.PartialObjectMetadata) bool {
 	return c.selector(nc).Matches(labels.Set(node.Labels))
 }
 

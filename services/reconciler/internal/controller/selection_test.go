@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -77,7 +76,7 @@ func TestSelectedNodesAreKeptUntilTheNodesChange(t *testing.T) {
 	}
 
 	// In the Node cache, but no event said so yet: the kept list stands.
-	if err := f.nodes.Add(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n3", Labels: map[string]string{"pool": "a"}}}); err != nil {
+	if err := f.nodes.Add(nodeMeta(metav1.ObjectMeta{Name: "n3", Labels: map[string]string{"pool": "a"}})); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.c.selectedNodes(nc); !slices.Equal(got, []string{"n1"}) {
@@ -93,7 +92,7 @@ func TestSelectedNodesAreKeptUntilTheNodesChange(t *testing.T) {
 	if got := f.c.selectedNodes(next); !slices.Equal(got, []string{"n2"}) {
 		t.Fatalf("generation 2 selected %v, want n2 (its own selector)", got)
 	}
-	if !f.c.selects(nc, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"pool": "a"}}}) {
+	if !f.c.selects(nc, nodeMeta(metav1.ObjectMeta{Labels: map[string]string{"pool": "a"}})) {
 		t.Error("generation 1's selector was lost when generation 2 was parsed")
 	}
 

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -82,7 +81,7 @@ func (m matches) conflict() bool { return len(m.live) > 1 }
 
 // matching sorts the NodeConfigs that select node into live and deleting
 // ones, by name.
-func (c *Controller) matching(node *corev1.Node) (matches, error) {
+func (c *Controller) matching(node *metav1.PartialObjectMetadata) (matches, error) {
 	ncs, err := c.nodeConfigs()
 	if err != nil {
 		return matches{}, err
@@ -107,7 +106,7 @@ func (c *Controller) matching(node *corev1.Node) (matches, error) {
 // desired picks the NodeConfig the node follows (nil: none) and what the
 // policy is to do with the node. A NodeConfig being deleted yields to a
 // live one; among the deleting ones, any abandon policy wins over a reset.
-func (c *Controller) desired(ctx context.Context, node *corev1.Node, m matches) (*v1alpha1.NodeConfig, policy.Desired, error) {
+func (c *Controller) desired(ctx context.Context, node *metav1.PartialObjectMetadata, m matches) (*v1alpha1.NodeConfig, policy.Desired, error) {
 	reset := policy.Desired{Mode: policy.ModeReset}
 	leave := policy.Desired{Mode: policy.ModeLeave}
 	switch {
@@ -197,7 +196,7 @@ func (c *Controller) pinned(ref *v1alpha1.ConfigMapSource) (*nodeconfigv1.Config
 
 // desiredFor resolves a NodeConfig's source for a node from the cache; a
 // missing ConfigMap or key is an early error that heals when it appears.
-func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, node *corev1.Node) policy.Desired {
+func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, node *metav1.PartialObjectMetadata) policy.Desired {
 	ref := nc.Spec.Source.ConfigMap
 	// Outside a maintenance window even a drift repair waits: it restarts
 	// the kubelet.
@@ -226,7 +225,7 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 
 // record stores the sync's outcome and returns when to look again; after
 // an early error, that is the rate limiter's next delay.
-func (c *Controller) record(node *corev1.Node, nc *v1alpha1.NodeConfig, res policy.Result, selectedBy []*v1alpha1.NodeConfig) time.Duration {
+func (c *Controller) record(node *metav1.PartialObjectMetadata, nc *v1alpha1.NodeConfig, res policy.Result, selectedBy []*v1alpha1.NodeConfig) time.Duration {
 	var leaving *v1alpha1.NodeConfig
 	if nc == nil && res.Records.ResetSoaking(c.o.Now()) {
 		leaving = c.leaving(node.Name, res.Records.GetLastReset().GetFrom(), res.Records.GetLastReset().GetNodeConfig())
@@ -365,7 +364,7 @@ func (c *Controller) forgetNode(name string) {
 
 // clearAbandoned removes the abandon mark once a NodeConfig selects the
 // node again.
-func (c *Controller) clearAbandoned(ctx context.Context, node *corev1.Node) error {
+func (c *Controller) clearAbandoned(ctx context.Context, node *metav1.PartialObjectMetadata) error {
 	if node.Annotations[v1alpha1.AnnotationAbandoned] == "" {
 		return nil
 	}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeconfig.io/services/api/v1alpha1"
@@ -73,7 +72,7 @@ func TestDesiredPicksTheNodeConfigTheNodeFollows(t *testing.T) {
 		{"none", matches{}, false, "", policy.ModeReset, true},
 	} {
 		f := newFixture(t)
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+		node := nodeMeta(metav1.ObjectMeta{Name: "n1"})
 		if tc.abandoned {
 			node.Annotations = map[string]string{v1alpha1.AnnotationAbandoned: "gone"}
 		}
