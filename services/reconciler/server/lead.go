@@ -22,6 +22,7 @@ import (
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/cmwatch"
 	"nodeconfig.io/services/reconciler/internal/controller"
+	"nodeconfig.io/services/reconciler/internal/intern"
 )
 
 // nodesResource is what the Node informer lists and watches.
@@ -33,7 +34,7 @@ func (r *Reconciler) lead(ctx context.Context) {
 	// Nodes are watched as metadata only: the API server leaves out their
 	// spec and status (kilobytes each, rewritten by every status patch),
 	// so neither the decoding nor the cache pays for them.
-	metaFactory := metadatainformer.NewSharedInformerFactoryWithOptions(r.o.Metadata, 0, metadatainformer.WithTransform(slimNode))
+	metaFactory := metadatainformer.NewSharedInformerFactoryWithOptions(r.o.Metadata, 0, metadatainformer.WithTransform(slimNode(intern.New(nodeLabelStrings))))
 	nodes := metaFactory.ForResource(nodesResource)
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(r.o.Dynamic, 0)
 	ncs := dynFactory.ForResource(v1alpha1.GroupVersionResource)

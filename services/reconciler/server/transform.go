@@ -3,8 +3,10 @@ package server
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/intern"
 )
 
 // slim drops what the reconciler never reads from cached objects: their
@@ -25,21 +27,35 @@ var nodeTypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}
 // The managed fields and the other annotations (statusd's config status
 // among them) are kilobytes per Node, times the fleet, and held for as
 // long as the cache; the metadata informer already left out spec and
-// status. Tombstones and other objects pass unchanged.
-func slimNode(obj any) (any, error) {
-	n, ok := obj.(*metav1.PartialObjectMetadata)
-	if !ok {
-		return obj, nil
+// status. Label keys and values most Nodes share (zone, architecture,
+// pool) are kept once, through labels. Tombstones and other objects pass
+// unchanged.
+func slimNode(labels *intern.Strings) cache.TransformFunc {
+	return func(obj any) (any, error) {
+		n, ok := obj.(*metav1.PartialObjectMetadata)
+		if !ok {
+			return obj, nil
+		}
+		kept := &metav1.PartialObjectMetadata{TypeMeta: nodeTypeMeta, ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Generation: n.Generation,
+			DeletionTimestamp: n.DeletionTimestamp,
+		}}
+		if n.Labels != nil {
+			kept.Labels = make(map[string]string, len(n.Labels))
+			for k, v := range n.Labels {
+				kept.Labels[labels.Get(k)] = labels.Get(v)
+			}
+		}
+		if v, ok := n.Annotations[v1alpha1.AnnotationAbandoned]; ok {
+			kept.Annotations = map[string]string{v1alpha1.AnnotationAbandoned: v}
+		}
+		return kept, nil
 	}
-	kept := &metav1.PartialObjectMetadata{TypeMeta: nodeTypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Generation: n.Generation,
-		Labels: n.Labels, DeletionTimestamp: n.DeletionTimestamp,
-	}}
-	if v, ok := n.Annotations[v1alpha1.AnnotationAbandoned]; ok {
-		kept.Annotations = map[string]string{v1alpha1.AnnotationAbandoned: v}
-	}
-	return kept, nil
 }
+
+// nodeLabelStrings bounds the label keys and values kept once: above the
+// distinct ones of a large fleet, whose Nodes' own names churn through it.
+const nodeLabelStrings = 4096
 
 // agentPodOnly keeps of an agent Pod what finding its node's agent needs:
 // its node, address, readiness and whether it is going away.

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"strings"
 	"testing"
+	"unsafe"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -9,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/intern"
 )
 
 func TestSlimNodeKeepsOfANodeWhatTheReconcilerReads(t *testing.T) {
@@ -22,6 +25,7 @@ func TestSlimNodeKeepsOfANodeWhatTheReconcilerReads(t *testing.T) {
 			DeletionTimestamp: &gone, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
 			Finalizers: []string{"f"}, OwnerReferences: []metav1.OwnerReference{{Name: "o"}}},
 	}
+	slimNode := slimNode(intern.New(16))
 	out, err := slimNode(node)
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +46,27 @@ func TestSlimNodeKeepsOfANodeWhatTheReconcilerReads(t *testing.T) {
 	tomb := cache.DeletedFinalStateUnknown{Key: "n1", Obj: n}
 	if out, _ := slimNode(tomb); out != any(tomb) {
 		t.Errorf("slimNode changed a tombstone into %+v", out)
+	}
+}
+
+// Two Nodes' equal label keys and values are kept once.
+func TestSlimNodeKeepsSharedLabelsOnce(t *testing.T) {
+	slimNode := slimNode(intern.New(16))
+	node := func(name string) *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{strings.Repeat("zone", 2): strings.Repeat("a", 3)}}}
+	}
+	a, _ := slimNode(node("n1"))
+	b, _ := slimNode(node("n2"))
+	key := func(o any) string {
+		for k := range o.(*metav1.PartialObjectMetadata).Labels {
+			return k
+		}
+		return ""
+	}
+	la, lb := a.(*metav1.PartialObjectMetadata).Labels, b.(*metav1.PartialObjectMetadata).Labels
+	if unsafe.StringData(key(a)) != unsafe.StringData(key(b)) || unsafe.StringData(la["zonezone"]) != unsafe.StringData(lb["zonezone"]) {
+		t.Error("two Nodes' equal label key and value are kept twice")
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/reconciler/internal/agents"
+	"nodeconfig.io/services/reconciler/internal/intern"
 )
 
 // Options configure a Controller.
@@ -95,6 +96,8 @@ type Controller struct {
 	allSeen atomic.Bool
 	// verdicts are the central validator's, per version (verdict.go).
 	verdicts verdicts
+	// sources keeps the strings of the nodes' records once (nodecache.go).
+	sources *intern.Strings
 
 	// selMu guards the selection cache (selection.go) apart from mu:
 	// asking which nodes a NodeConfig selects never waits on the node
@@ -112,6 +115,10 @@ const (
 	DefaultBaseDelay = 2 * time.Second
 	DefaultMaxDelay  = 2 * time.Minute
 )
+
+// sourceStrings bounds the config sources' strings kept once: the configs
+// alive at a time are few, each five strings.
+const sourceStrings = 1024
 
 // New builds a controller.
 func New(o Options) *Controller {
@@ -141,6 +148,7 @@ func New(o Options) *Controller {
 		ncQ:        workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
 		metrics:    o.Metrics,
 		nodes:      map[string]*NodeInfo{},
+		sources:    intern.New(sourceStrings),
 		syncs:      map[string]*syncCount{},
 		departing:  map[string]map[string]struct{}{},
 		trials:     map[string]*trialIndex{},

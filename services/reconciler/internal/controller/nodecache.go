@@ -75,3 +75,17 @@ func (c *Controller) infoLocked(name string) *NodeInfo {
 	}
 	return info
 }
+
+// internSources keeps the strings of r's config sources once for the whole
+// fleet: thousands of nodes' records name the same few configs, and each
+// record arrives with copies of its own.
+func (c *Controller) internSources(r *nodeconfigv1.Records) {
+	for _, src := range []*nodeconfigv1.ConfigSource{r.GetAssigned().GetSource(), r.GetActive().GetSource(),
+		r.GetLastKnownGood().GetSource(), r.GetConsumer().GetSource(), r.GetLastReset().GetFrom()} {
+		if src == nil {
+			continue
+		}
+		src.Namespace, src.Name, src.Key = c.sources.Get(src.Namespace), c.sources.Get(src.Name), c.sources.Get(src.Key)
+		src.Uid, src.ResourceVersion = c.sources.Get(src.Uid), c.sources.Get(src.ResourceVersion)
+	}
+}

@@ -277,6 +277,7 @@ func noteGenerations(info *NodeInfo, selectedBy []*v1alpha1.NodeConfig) (changed
 func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, res policy.Result) {
 	info.State = res.State
 	if res.Records != nil {
+		c.internSources(res.Records)
 		info.Records = res.Records
 	}
 	info.NodeConfig = ""
