@@ -44,6 +44,7 @@ const (
 	ReasonInvalidSelector          = v1alpha1.ReasonInvalidSelector
 	ReasonInvalidReconcileInterval = v1alpha1.ReasonInvalidReconcileInterval
 	ReasonConfigRefused            = v1alpha1.ReasonConfigRefused
+	ReasonValidationUnavailable    = v1alpha1.ReasonValidationUnavailable
 	ReasonPaused                   = v1alpha1.ReasonPaused
 	ReasonOutsideWindow            = v1alpha1.ReasonOutsideWindow
 	ReasonInvalidWindow            = v1alpha1.ReasonInvalidWindow

@@ -271,6 +271,8 @@ func rollout(nc *nodeconfigs.NodeConfig, node string, st *nodeconfigv1.NodeState
 			say("%s.", s)
 		case nodeconfigs.ReasonConfigRefused:
 			say("The reconciler refuses the current config of NodeConfig %s before any node gets it: %s. This node keeps its config until the ConfigMap is fixed.", nc.Name, trim(deg.Message))
+		case nodeconfigs.ReasonValidationUnavailable:
+			say("The reconciler cannot run the validator of NodeConfig %s, so its current config waits and no node gets it: %s. This node keeps its config; the reconciler tries again by itself.", nc.Name, trim(deg.Message))
 		default:
 			say("NodeConfig %s is Degraded (%s): %s.", nc.Name, deg.Reason, trim(deg.Message))
 		}

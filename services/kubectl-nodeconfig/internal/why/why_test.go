@@ -191,6 +191,14 @@ func TestConfigRefused(t *testing.T) {
 	mustContain(t, e, "The reconciler refuses the current config of NodeConfig demo before any node gets it: "+msg+". This node keeps its config until the ConfigMap is fixed.")
 }
 
+func TestValidationUnavailable(t *testing.T) {
+	msg := "validator kubelet could not run (/nodeconfig-kubelet-check: no such file or directory)"
+	nc := demo(cond("Progressing", "False", "ValidationUnavailable", msg), cond("Degraded", "True", "ValidationUnavailable", msg))
+	e := Explain(Input{Node: testNode(`{"assigned": `+v10+`, "active": `+v10+`, "lastKnownGood": `+v10+`}`, "Active", "True"),
+		NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE), Now: now})
+	mustContain(t, e, "The reconciler cannot run the validator of NodeConfig demo, so its current config waits and no node gets it: "+msg+". This node keeps its config; the reconciler tries again by itself.")
+}
+
 func TestOtherDegradedReasonsAreSaid(t *testing.T) {
 	nc := demo(cond("Degraded", "True", "NodesFailing", "1 node(s) rolled back, 0 failing with retries"))
 	e := Explain(Input{Node: testNode("", "", ""), NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), Now: now})
