@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/lru"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/configcheck"
@@ -148,6 +149,7 @@ func New(o Options) *Controller {
 		ncQ:        workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
 		metrics:    o.Metrics,
 		nodes:      map[string]*NodeInfo{},
+		verdicts:   verdicts{judged: lru.New(maxVerdicts), failed: lru.New(maxVerdicts)},
 		sources:    intern.New(sourceStrings),
 		syncs:      map[string]*syncCount{},
 		departing:  map[string]map[string]struct{}{},

@@ -2,8 +2,11 @@ package controller
 
 import (
 	"context"
-	"sync"
+	"fmt"
 	"time"
+
+	"golang.org/x/sync/singleflight"
+	"k8s.io/utils/lru"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/configcheck"
@@ -19,26 +22,21 @@ import (
 // assigned: the nodes are held and retry with backoff, and the failure is
 // not kept as a verdict.
 
-// maxVerdicts bounds the versions whose verdict is kept; there are rarely
-// more than a few per NodeConfig alive.
+// maxVerdicts bounds the versions whose verdict (or last failure to reach
+// one) is kept; there are rarely more than a few per NodeConfig alive.
 const maxVerdicts = 256
 
 type verdicts struct {
-	mu   sync.Mutex
-	byV  map[version]string // "" when the payload passed
-	keys []version          // oldest first
-	// runs are the validations under way, and the last failed one of each
-	// version without a verdict.
-	runs map[version]*run
+	judged *lru.Cache // version -> string, "" when the payload passed
+	failed *lru.Cache // version -> failure, the last run that could not judge
+	// runs lets the nodes of a version share one validation under way.
+	runs singleflight.Group
 }
 
-// run is one validation of a version. The nodes of a version share it:
-// those that come while it runs wait for its end, and a failure is
-// answered to them for half of BaseDelay without running again, which is
+// failure is a validation that could not run. It is answered to the
+// version's nodes for half of BaseDelay without running again, which is
 // less than the first retry of a node (BaseDelay, jittered down to 0.8 x).
-type run struct {
-	done chan struct{} // closed at its end
-	// err is why the validator could not run (set before done closes).
+type failure struct {
 	err   error
 	ended time.Time
 }
@@ -51,117 +49,55 @@ func (c *Controller) refusal(ctx context.Context, v version, validator nodeconfi
 		return "", nil
 	}
 	vs := &c.verdicts
-	vs.mu.Lock()
-	for {
-		if msg, ok := vs.byV[v]; ok {
-			vs.mu.Unlock()
+	if msg, ok := vs.judged.Get(v); ok {
+		return msg.(string), nil
+	}
+	if f, ok := vs.failed.Get(v); ok && c.o.Now().Sub(f.(failure).ended) < c.o.BaseDelay/2 {
+		return "", f.(failure).err
+	}
+	run := vs.runs.DoChan(fmt.Sprintf("%+v", v), func() (any, error) {
+		// A run that ended since the looks above already judged it.
+		if msg, ok := vs.judged.Get(v); ok {
 			return msg, nil
 		}
-		r := vs.runs[v]
-		if r == nil {
-			break
+		err := c.o.Checker.Payload(ctx, validator, []byte(payload))
+		if err != nil && configcheck.Unavailable(err) {
+			vs.failed.Add(v, failure{err: err, ended: c.o.Now()})
+			c.o.Log.Warn("central validation could not run; the version is assigned to no node until it does (retried with backoff)",
+				"configMapUID", v.uid, "resourceVersion", v.resourceVersion, "key", v.key, "validator", v.validator, "err", err)
+			return "", err
 		}
-		select {
-		case <-r.done:
-			if c.o.Now().Sub(r.ended) < c.o.BaseDelay/2 {
-				vs.mu.Unlock()
-				return "", r.err
-			}
-			// A failure old enough to try again: this node runs it.
-			delete(vs.runs, v)
-			continue
-		default:
+		msg := ""
+		if err != nil {
+			msg = err.Error()
 		}
-		vs.mu.Unlock()
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-			return "", ctx.Err()
+		vs.failed.Remove(v)
+		vs.judged.Add(v, msg)
+		return msg, nil
+	})
+	select {
+	case r := <-run:
+		if r.Err != nil {
+			return "", r.Err
 		}
-		vs.mu.Lock()
-	}
-	r := &run{done: make(chan struct{})}
-	if vs.runs == nil {
-		vs.runs = map[version]*run{}
-	}
-	if len(vs.runs) >= maxVerdicts {
-		vs.forgetOldFailuresLocked(c.o.Now().Add(-c.o.MaxDelay))
-	}
-	vs.runs[v] = r
-	vs.mu.Unlock()
-
-	msg := ""
-	err := c.o.Checker.Payload(ctx, validator, []byte(payload))
-	if err != nil && !configcheck.Unavailable(err) {
-		msg, err = err.Error(), nil
-	}
-
-	vs.mu.Lock()
-	if err != nil {
-		r.err, r.ended = err, c.o.Now()
-	} else {
-		delete(vs.runs, v)
-		vs.keepLocked(v, msg)
-	}
-	close(r.done)
-	vs.mu.Unlock()
-	if err != nil {
-		c.o.Log.Warn("central validation could not run; the version is assigned to no node until it does (retried with backoff)",
-			"configMapUID", v.uid, "resourceVersion", v.resourceVersion, "key", v.key, "validator", v.validator, "err", err)
-		return "", err
-	}
-	return msg, nil
-}
-
-// keepLocked keeps the verdict on v, forgetting the oldest beyond
-// maxVerdicts.
-func (vs *verdicts) keepLocked(v version, msg string) {
-	if vs.byV == nil {
-		vs.byV = map[version]string{}
-	}
-	if len(vs.keys) >= maxVerdicts {
-		delete(vs.byV, vs.keys[0])
-		vs.keys = vs.keys[1:]
-	}
-	vs.byV[v] = msg
-	vs.keys = append(vs.keys, v)
-}
-
-// forgetOldFailuresLocked drops the failed runs that ended before cutoff: a
-// version still wanted is asked again within MaxDelay (the longest retry),
-// so these are of versions no node asks about any more.
-func (vs *verdicts) forgetOldFailuresLocked(cutoff time.Time) {
-	for v, r := range vs.runs {
-		select {
-		case <-r.done:
-			if r.ended.Before(cutoff) {
-				delete(vs.runs, v)
-			}
-		default:
-		}
+		return r.Val.(string), nil
+	case <-ctx.Done():
+		return "", ctx.Err()
 	}
 }
 
 // knownRefusal is the verdict already reached on v, without validating.
 func (c *Controller) knownRefusal(v version) string {
-	c.verdicts.mu.Lock()
-	defer c.verdicts.mu.Unlock()
-	return c.verdicts.byV[v]
+	msg, _ := c.verdicts.judged.Get(v)
+	s, _ := msg.(string)
+	return s
 }
 
 // unjudged is why the validator could not run on v the last time it
 // tried, nil once it ran (or before it first ran).
 func (c *Controller) unjudged(v version) error {
-	c.verdicts.mu.Lock()
-	defer c.verdicts.mu.Unlock()
-	r := c.verdicts.runs[v]
-	if r == nil {
-		return nil
+	if f, ok := c.verdicts.failed.Get(v); ok {
+		return f.(failure).err
 	}
-	select {
-	case <-r.done:
-		return r.err
-	default:
-		return nil
-	}
+	return nil
 }
