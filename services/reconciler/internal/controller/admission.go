@@ -1,7 +1,6 @@
 package controller
 
 import (
-	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/pacing"
 	"nodeconfig.io/services/reconciler/internal/policy"
@@ -43,14 +42,31 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func(
 	}
 }
 
-// wakeWaiting enqueues the nodes pacing held back, now that a slot is free.
+// wakeWaiting enqueues the nodes pacing held back on ncName, as many as
+// its trial has free places (any of them: the one that syncs first takes
+// a place). Each woken node asks its agent, so waking every waiting node
+// for each freed place would cost thousands of syncs per place in a large
+// paced rollout; the nodes left waiting look again on the next freed place
+// or their own requeue.
 func (c *Controller) wakeWaiting(ncName string) {
+	nc := c.liveNodeConfig(ncName)
+	var selected int
+	if nc != nil {
+		selected = len(c.selectedNodes(nc))
+	}
 	c.mu.Lock()
-	var waiting []string
-	for name, n := range c.nodes {
-		if (n.NodeConfig == ncName || n.DepartingFrom == ncName) && n.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING {
-			waiting = append(waiting, name)
+	free := len(c.waiting[ncName])
+	if nc != nil {
+		// As pace counts them, for a node not yet on trial.
+		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, selected+len(c.departing[nc.Name]))
+		free = limit - c.departuresInTrialLocked(nc.Name, "") - c.onTrialLocked(nc.Name, "")
+	}
+	waiting := make([]string, 0, max(0, min(free, len(c.waiting[ncName]))))
+	for name := range c.waiting[ncName] {
+		if len(waiting) >= free {
+			break
 		}
+		waiting = append(waiting, name)
 	}
 	c.mu.Unlock()
 	for _, name := range waiting {

@@ -93,8 +93,13 @@ type Controller struct {
 	// the nodes on trial or rolled back by the NodeConfig they are on.
 	departing map[string]map[string]struct{}
 	trials    map[string]*trialIndex
-	// allSeen latches once every Node was synced since the start.
+	// waiting indexes the nodes pacing holds back by the NodeConfigs
+	// whose freed place may start them (trials.go).
+	waiting map[string]map[string]struct{}
+	// allSeen latches once every Node was synced since the start; until
+	// then unseen holds the Nodes not synced yet (depart.go).
 	allSeen atomic.Bool
+	unseen  map[string]struct{}
 	// verdicts are the central validator's, per version (verdict.go).
 	verdicts verdicts
 	// sources keeps the strings of the nodes' records once (nodecache.go).
@@ -154,6 +159,7 @@ func New(o Options) *Controller {
 		syncs:      map[string]*syncCount{},
 		departing:  map[string]map[string]struct{}{},
 		trials:     map[string]*trialIndex{},
+		waiting:    map[string]map[string]struct{}{},
 		selections: map[selectorKey]*selection{},
 	}
 }

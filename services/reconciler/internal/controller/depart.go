@@ -3,6 +3,7 @@ package controller
 import (
 	"sort"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -77,19 +78,10 @@ func (c *Controller) departLocked(node, ncName string) {
 	if info.DepartingFrom == ncName {
 		return
 	}
-	if prev := c.departing[info.DepartingFrom]; prev != nil {
-		delete(prev, node)
-		if len(prev) == 0 {
-			delete(c.departing, info.DepartingFrom)
-		}
-	}
+	removeFrom(c.departing, info.DepartingFrom, node)
 	info.DepartingFrom = ncName
-	if ncName != "" {
-		if c.departing[ncName] == nil {
-			c.departing[ncName] = map[string]struct{}{}
-		}
-		c.departing[ncName][node] = struct{}{}
-	}
+	addTo(c.departing, ncName, node)
+	c.reindexLocked(info)
 }
 
 // departureAfterSync keeps a node's departure mark in step with its
@@ -176,23 +168,40 @@ func (c *Controller) nodeConfigUsing(src *nodeconfigv1.ConfigSource) *v1alpha1.N
 
 // everyNodeSeen reports whether every Node but the one syncing was synced
 // at least once since this reconciler started; once true it stays true, as
-// a Node that joins later has no reset of ours to soak.
+// a Node that joins later has no reset of ours to soak. The Nodes not seen
+// are listed once and struck off as they are seen, so a sync of a large
+// fleet's first round costs the same as any other.
 func (c *Controller) everyNodeSeen(syncing string) bool {
 	if c.allSeen.Load() {
 		return true
 	}
-	nodes, err := c.o.Nodes.List(labels.Everything())
-	if err != nil {
-		return false
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, n := range nodes {
-		if _, ok := c.nodes[n.Name]; !ok && n.Name != syncing {
+	if c.unseen == nil {
+		nodes, err := c.o.Nodes.List(labels.Everything())
+		if err != nil {
+			return false
+		}
+		c.unseen = make(map[string]struct{}, len(nodes))
+		for _, n := range nodes {
+			c.unseen[n.Name] = struct{}{}
+		}
+	}
+	for name := range c.unseen {
+		if _, seen := c.nodes[name]; seen {
+			delete(c.unseen, name)
+			continue
+		}
+		if _, err := c.o.Nodes.Get(name); apierrors.IsNotFound(err) {
+			delete(c.unseen, name) // gone before it was seen
+			continue
+		}
+		if name != syncing {
 			return false
 		}
 	}
 	c.allSeen.Store(true)
+	c.unseen = nil
 	return true
 }
 

@@ -141,3 +141,49 @@ func indexOf(s []string, v string) int {
 	}
 	return -1
 }
+
+// Admission waits until every Node of the start was synced once; a Node
+// deleted before its first sync does not hold it back for ever.
+func TestEveryNodeSeenWaitsForTheNodesOfTheStartOnly(t *testing.T) {
+	f := newFixture(t)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		f.addNode(n, nil)
+	}
+	if err := f.syncNode("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if f.c.everyNodeSeen("n2") {
+		t.Fatal("seen with n3 never synced")
+	}
+	if err := f.nodes.Delete(nodeMeta(metav1.ObjectMeta{Name: "n3"})); err != nil {
+		t.Fatal(err)
+	}
+	f.addNode("n4", nil) // joined after the start: has no reset of ours to soak
+	if !f.c.everyNodeSeen("n2") {
+		t.Fatal("not seen: n1 synced, n2 syncing, n3 gone and n4 new")
+	}
+}
+
+// A node held back while it leaves a NodeConfig is woken by that
+// NodeConfig's freed place, and no longer once it has left.
+func TestWakeWaitingFollowsTheNodeConfigANodeLeaves(t *testing.T) {
+	f := newFixture(t)
+	f.addNode("n1", nil)
+	f.c.mu.Lock()
+	info := f.c.infoLocked("n1")
+	info.State = nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING
+	f.c.reindexLocked(info)
+	f.c.departLocked("n1", "old")
+	f.c.mu.Unlock()
+	f.c.wakeWaiting("old")
+	if got := drain(f.c.nodeQ); len(got) != 1 || got[0] != "n1" {
+		t.Fatalf("the freed place of old woke %v, want n1", got)
+	}
+	f.c.mu.Lock()
+	f.c.departLocked("n1", "")
+	f.c.mu.Unlock()
+	f.c.wakeWaiting("old")
+	if got := drain(f.c.nodeQ); len(got) != 0 {
+		t.Fatalf("after n1 left old, its freed place woke %v", got)
+	}
+}

@@ -72,6 +72,8 @@ func TestNodeConfigUpdatesWakeTheNodesTheyConcern(t *testing.T) {
 	f.c.mu.Lock()
 	f.c.infoLocked("n1").NodeConfig, f.c.infoLocked("n1").State = "pool-a", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING
 	f.c.infoLocked("n2").NodeConfig, f.c.infoLocked("n2").State = "pool-a", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING
+	f.c.reindexLocked(f.c.infoLocked("n1")) // as noteResultLocked does
+	f.c.reindexLocked(f.c.infoLocked("n2"))
 	f.c.mu.Unlock()
 	_, _, ncs, _ := f.c.Handlers()
 	obj := func(nc *v1alpha1.NodeConfig) *unstructured.Unstructured {

@@ -31,7 +31,7 @@ type NodeInfo struct {
 	// Generations holds, per live NodeConfig selecting the node, the
 	// generation its last sync was computed for: a NodeConfig's status
 	// observes a generation only once all its nodes were synced at it.
-	Generations map[types.UID]int64
+	Generations []computedAt
 	// Syncs counts the ended syncs, those that ended early with an error
 	// too, and SyncsStarted the begun ones: a node's syncs run one at a
 	// time (the work queue never hands a key to two workers), so once
@@ -40,6 +40,25 @@ type NodeInfo struct {
 	Syncs, SyncsStarted uint64
 	// indexed is where admission counts the node (trials.go).
 	indexed indexed
+}
+
+// computedAt is the generation of one NodeConfig a node's sync was
+// computed for. A node has one or two, so a slice costs less than a map
+// across thousands of nodes.
+type computedAt struct {
+	UID        types.UID
+	Generation int64
+}
+
+// generation is the generation of NodeConfig uid the node's last sync was
+// computed for; 0 if none.
+func (n *NodeInfo) generation(uid types.UID) int64 {
+	for _, g := range n.Generations {
+		if g.UID == uid {
+			return g.Generation
+		}
+	}
+	return 0
 }
 
 // NodeInfos returns copies of every node's info, by name.

@@ -113,7 +113,7 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 			unknown++
 			continue
 		}
-		if n.Generations[nc.UID] != nc.Generation {
+		if n.generation(nc.UID) != nc.Generation {
 			behind++
 		}
 		switch n.State {

@@ -3,8 +3,9 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"maps"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -58,7 +59,12 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	if m.conflict() {
 		res.State = nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT
 	}
-	c.warnOnNewError(name, &res)
+	if d.Held == nil || !errors.Is(res.Err, d.Held) {
+		// A held version is the NodeConfig's problem, not the node's: its
+		// Degraded condition and one Warning on it say so, where one per
+		// node would be thousands.
+		c.warnOnNewError(name, &res)
+	}
 	c.emit(node, nc, res.Events)
 	next := c.record(node, nc, res, m.live)
 	if res.Err != nil {
@@ -262,13 +268,15 @@ func (c *Controller) record(node *metav1.PartialObjectMetadata, nc *v1alpha1.Nod
 // noteGenerations stores, per NodeConfig selecting the node, the
 // generation the sync was computed for, and says whether any changed.
 func noteGenerations(info *NodeInfo, selectedBy []*v1alpha1.NodeConfig) (changed bool) {
-	generations := make(map[types.UID]int64, len(selectedBy))
+	generations := make([]computedAt, 0, len(selectedBy))
 	for _, m := range selectedBy {
-		generations[m.UID] = m.Generation
+		generations = append(generations, computedAt{m.UID, m.Generation})
 	}
-	changed = !maps.Equal(generations, info.Generations)
+	if slices.Equal(generations, info.Generations) {
+		return false
+	}
 	info.Generations = generations
-	return changed
+	return true
 }
 
 // noteResultLocked stores the sync's state, records, NodeConfig and error

@@ -20,6 +20,10 @@ type trialIndex struct {
 type indexed struct {
 	trialOf, rolledBackOf string
 	rolledBackFrom        version
+	// waitingOn and waitingLeaving are the NodeConfigs whose freed place
+	// may start a node pacing holds back: the one it follows and the one
+	// it leaves.
+	waitingOn, waitingLeaving string
 }
 
 func (c *Controller) trialsOfLocked(nc string) *trialIndex {
@@ -46,10 +50,22 @@ func (c *Controller) reindexLocked(info *NodeInfo) {
 			want.rolledBackOf, want.rolledBackFrom = info.NodeConfig, v
 		}
 	}
+	if info.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING {
+		want.waitingOn = info.NodeConfig
+		if info.DepartingFrom != info.NodeConfig {
+			want.waitingLeaving = info.DepartingFrom
+		}
+	}
 	if want == info.indexed {
 		return
 	}
 	old := info.indexed
+	for _, nc := range []string{old.waitingOn, old.waitingLeaving} {
+		removeFrom(c.waiting, nc, info.Name)
+	}
+	for _, nc := range []string{want.waitingOn, want.waitingLeaving} {
+		addTo(c.waiting, nc, info.Name)
+	}
 	if old.trialOf != "" {
 		delete(c.trialsOfLocked(old.trialOf).onTrial, info.Name)
 	}
@@ -75,6 +91,25 @@ func (c *Controller) reindexLocked(info *NodeInfo) {
 		if t := c.trials[name]; t != nil && len(t.onTrial) == 0 && len(t.rolledBack) == 0 {
 			delete(c.trials, name)
 		}
+	}
+}
+
+// addTo puts node in set key of m ("" for none).
+func addTo(m map[string]map[string]struct{}, key, node string) {
+	if key == "" {
+		return
+	}
+	if m[key] == nil {
+		m[key] = map[string]struct{}{}
+	}
+	m[key][node] = struct{}{}
+}
+
+// removeFrom takes node out of set key of m, and the set once empty.
+func removeFrom(m map[string]map[string]struct{}, key, node string) {
+	delete(m[key], node)
+	if len(m[key]) == 0 {
+		delete(m, key)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -65,7 +66,8 @@ func kubeletFixture(t *testing.T) (*fixture, *kubeletCheck) {
 
 // A kubelet validator that cannot run is no verdict: the version is
 // assigned to no node, each node's sync fails naming the binary (retried
-// with backoff), the NodeConfig says ValidationUnavailable, and the nodes
+// with backoff), the NodeConfig says ValidationUnavailable (its one
+// Warning, none per node), and the nodes
 // of one version share one run per BaseDelay. Once the validator runs, the
 // version rolls out: the failure was never kept as a verdict.
 func TestKubeletValidatorThatCannotRunHoldsTheVersion(t *testing.T) {
@@ -90,18 +92,22 @@ func TestKubeletValidatorThatCannotRunHoldsTheVersion(t *testing.T) {
 	if f.c.knownRefusal(version{"uid-cfg", "10", "k", "kubelet"}) != "" {
 		t.Fatal("the failure to run was kept as a refusal")
 	}
-	warned := false
-	for _, e := range f.events() {
-		warned = warned || strings.HasPrefix(e, "Warning UpdateFailed") && strings.Contains(e, missingBinary)
-	}
-	if !warned {
-		t.Fatal("no Warning UpdateFailed naming the binary")
-	}
+	f.syncNodeConfig("nc")
 	for _, typ := range []string{v1alpha1.ConditionReady, v1alpha1.ConditionDegraded} {
-		c := f.condition("nc", typ)
+		c := meta.FindStatusCondition(f.storedNodeConfig("nc").Status.Conditions, typ)
 		if c == nil || c.Reason != v1alpha1.ReasonValidationUnavailable || !strings.Contains(c.Message, missingBinary) || !strings.Contains(c.Message, "resourceVersion 10") {
 			t.Fatalf("%s condition %+v, want %s naming the version and the binary", typ, c, v1alpha1.ReasonValidationUnavailable)
 		}
+	}
+	// The NodeConfig's problem is said once, on it, not once per node.
+	var warnings []string
+	for _, e := range f.events() {
+		if strings.HasPrefix(e, "Warning ") {
+			warnings = append(warnings, e)
+		}
+	}
+	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "Warning "+v1alpha1.ReasonValidationUnavailable) || !strings.Contains(warnings[0], missingBinary) {
+		t.Fatalf("warnings %q, want one %s naming the binary", warnings, v1alpha1.ReasonValidationUnavailable)
 	}
 
 	// The validator is back; the nodes' first retry runs it again.
