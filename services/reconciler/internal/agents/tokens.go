@@ -31,10 +31,12 @@ type NodeTokens struct {
 	mu       sync.Mutex
 	tokens   *lru.Cache // node -> nodeToken
 	inflight singleflight.Group
+	// header is the last tokens' JWT header, kept once for all (mu).
+	header string
 }
 
 type nodeToken struct {
-	token   string
+	token   compactToken
 	renewAt time.Time
 }
 
@@ -92,6 +94,14 @@ func (t *NodeTokens) Audience(node string) string {
 // Token returns a valid token for node, minting one if needed; concurrent
 // callers for one node share one request.
 func (t *NodeTokens) Token(ctx context.Context, node string) (string, error) {
+	tok, err := t.token(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	return tok.text(""), nil
+}
+
+func (t *NodeTokens) token(ctx context.Context, node string) (compactToken, error) {
 	t.mu.Lock()
 	v, ok := t.tokens.Get(node)
 	t.mu.Unlock()
@@ -114,7 +124,7 @@ func (t *NodeTokens) Token(ctx context.Context, node string) (string, error) {
 			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{t.Audience(node)}, ExpirationSeconds: &seconds},
 		}, metav1.CreateOptions{})
 		if err != nil {
-			return "", fmt.Errorf("token for node %s (TokenRequest of ServiceAccount %s): %w", node, t.account, err)
+			return compactToken{}, fmt.Errorf("token for node %s (TokenRequest of ServiceAccount %s): %w", node, t.account, err)
 		}
 		issued := t.now()
 		life := tr.Status.ExpirationTimestamp.Sub(issued)
@@ -126,14 +136,15 @@ func (t *NodeTokens) Token(ctx context.Context, node string) (string, error) {
 			renew = min(renew, t.renewAfter)
 		}
 		t.mu.Lock()
-		t.tokens.Add(node, nodeToken{token: tr.Status.Token, renewAt: issued.Add(renew)})
-		t.mu.Unlock()
-		return tr.Status.Token, nil
+		defer t.mu.Unlock()
+		tok := compact(tr.Status.Token, &t.header)
+		t.tokens.Add(node, nodeToken{token: tok, renewAt: issued.Add(renew)})
+		return tok, nil
 	})
 	if err != nil {
-		return "", err
+		return compactToken{}, err
 	}
-	return tok.(string), nil
+	return tok.(compactToken), nil
 }
 
 // Forget drops a node's token (the node is gone).
@@ -154,11 +165,11 @@ type nodeCreds struct {
 }
 
 func (c nodeCreds) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
-	tok, err := c.tokens.Token(ctx, c.node)
+	tok, err := c.tokens.token(ctx, c.node)
 	if err != nil {
 		return nil, err
 	}
-	return map[string]string{"authorization": "Bearer " + tok}, nil
+	return map[string]string{"authorization": tok.text("Bearer ")}, nil
 }
 
 // RequireTransportSecurity: a token never crosses the network in clear text.
