@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,9 +34,14 @@ var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
 func (r *Reconciler) lead(ctx context.Context) {
 	// Nodes are watched as metadata only: the API server leaves out their
 	// spec and status (kilobytes each, rewritten by every status patch),
-	// so neither the decoding nor the cache pays for them.
-	metaFactory := metadatainformer.NewSharedInformerFactoryWithOptions(r.o.Metadata, 0, metadatainformer.WithTransform(slimNode(intern.New(nodeLabelStrings))))
-	nodes := metaFactory.ForResource(nodesResource)
+	// so neither the decoding nor the cache pays for them. No index either:
+	// the namespace index a factory adds would be one set of every Node's
+	// name, as Nodes have no namespace.
+	nodes := metadatainformer.NewFilteredMetadataInformer(r.o.Metadata, nodesResource, metav1.NamespaceAll, 0, cache.Indexers{}, nil)
+	if err := nodes.Informer().SetTransform(slimNode(intern.New(nodeLabelStrings))); err != nil {
+		r.o.Log.Error("Node informer", "err", err)
+		return
+	}
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(r.o.Dynamic, 0)
 	ncs := dynFactory.ForResource(v1alpha1.GroupVersionResource)
 	// Only the ConfigMaps NodeConfigs name are watched (cmwatch); the
@@ -81,9 +87,10 @@ func (r *Reconciler) lead(ctx context.Context) {
 		podFactory.Start(ctx.Done())
 		defer podFactory.Shutdown()
 	}
-	metaFactory.Start(ctx.Done())
+	var nodesRunning sync.WaitGroup
+	nodesRunning.Go(func() { nodes.Informer().RunWithContext(ctx) })
 	dynFactory.Start(ctx.Done())
-	defer metaFactory.Shutdown()
+	defer nodesRunning.Wait()
 	defer dynFactory.Shutdown()
 	r.current.Store(c)
 	defer r.current.Store(nil)

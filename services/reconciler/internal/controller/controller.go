@@ -23,7 +23,6 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/reconciler/internal/agents"
-	"nodeconfig.io/services/reconciler/internal/intern"
 )
 
 // Options configure a Controller.
@@ -102,8 +101,9 @@ type Controller struct {
 	unseen  map[string]struct{}
 	// verdicts are the central validator's, per version (verdict.go).
 	verdicts verdicts
-	// sources keeps the strings of the nodes' records once (nodecache.go).
-	sources *intern.Strings
+	// sources keeps each config source of the nodes' records once
+	// (nodecache.go): sourceKey -> *ConfigSource.
+	sources *lru.Cache
 
 	// selMu guards the selection cache (selection.go) apart from mu:
 	// asking which nodes a NodeConfig selects never waits on the node
@@ -122,9 +122,9 @@ const (
 	DefaultMaxDelay  = 2 * time.Minute
 )
 
-// sourceStrings bounds the config sources' strings kept once: the configs
-// alive at a time are few, each five strings.
-const sourceStrings = 1024
+// sharedSources bounds the config sources kept once: the configs alive at
+// a time are few.
+const sharedSources = 256
 
 // New builds a controller.
 func New(o Options) *Controller {
@@ -155,7 +155,7 @@ func New(o Options) *Controller {
 		metrics:    o.Metrics,
 		nodes:      map[string]*NodeInfo{},
 		verdicts:   verdicts{judged: lru.New(maxVerdicts), failed: lru.New(maxVerdicts)},
-		sources:    intern.New(sourceStrings),
+		sources:    lru.New(sharedSources),
 		syncs:      map[string]*syncCount{},
 		departing:  map[string]map[string]struct{}{},
 		trials:     map[string]*trialIndex{},

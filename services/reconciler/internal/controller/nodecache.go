@@ -95,16 +95,40 @@ func (c *Controller) infoLocked(name string) *NodeInfo {
 	return info
 }
 
-// internSources keeps the strings of r's config sources once for the whole
-// fleet: thousands of nodes' records name the same few configs, and each
-// record arrives with copies of its own.
+// internSources has thousands of nodes' records share one copy of each
+// config source they name: the few configs of a fleet, each arriving with
+// every record. The records are only read once cached, so a shared message
+// is never changed. One with fields this build does not know is kept as
+// it came.
 func (c *Controller) internSources(r *nodeconfigv1.Records) {
-	for _, src := range []*nodeconfigv1.ConfigSource{r.GetAssigned().GetSource(), r.GetActive().GetSource(),
-		r.GetLastKnownGood().GetSource(), r.GetConsumer().GetSource(), r.GetLastReset().GetFrom()} {
-		if src == nil {
-			continue
-		}
-		src.Namespace, src.Name, src.Key = c.sources.Get(src.Namespace), c.sources.Get(src.Name), c.sources.Get(src.Key)
-		src.Uid, src.ResourceVersion = c.sources.Get(src.Uid), c.sources.Get(src.ResourceVersion)
+	if a := r.GetAssigned(); a != nil {
+		a.Source = c.sharedSource(a.Source)
 	}
+	if a := r.GetActive(); a != nil {
+		a.Source = c.sharedSource(a.Source)
+	}
+	if l := r.GetLastKnownGood(); l != nil {
+		l.Source = c.sharedSource(l.Source)
+	}
+	if co := r.GetConsumer(); co != nil {
+		co.Source = c.sharedSource(co.Source)
+	}
+	if re := r.GetLastReset(); re != nil {
+		re.From = c.sharedSource(re.From)
+	}
+}
+
+// sourceKey is what makes two config sources the same.
+type sourceKey struct{ namespace, name, uid, resourceVersion, key string }
+
+func (c *Controller) sharedSource(src *nodeconfigv1.ConfigSource) *nodeconfigv1.ConfigSource {
+	if src == nil || len(src.ProtoReflect().GetUnknown()) != 0 {
+		return src
+	}
+	k := sourceKey{src.Namespace, src.Name, src.Uid, src.ResourceVersion, src.Key}
+	if v, ok := c.sources.Get(k); ok {
+		return v.(*nodeconfigv1.ConfigSource)
+	}
+	c.sources.Add(k, src)
+	return src
 }
