@@ -60,7 +60,7 @@ const (
 type options struct {
 	nodes, workers, perProcess int
 	fsync, keep, auth          bool
-	profiles                   string
+	profiles, maxInTrial       string
 	ceiling                    time.Duration
 	reconcilerFlags            []string
 }
@@ -85,6 +85,7 @@ func main() {
 		o.reconcilerFlags = append(o.reconcilerFlags, v)
 		return nil
 	})
+	flag.StringVar(&o.maxInTrial, "max-in-trial", "100%", "the NodeConfig's spec.rollout.maxInTrial: under 100% the rollouts are paced, and the nodes it holds back wait for places")
 	flag.DurationVar(&o.ceiling, "ceiling", 5*time.Second, "how long to measure the API server's Node write ceiling before the rollout (0: not measured)")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -236,7 +237,7 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := createNodeConfig(ctx, dyn); err != nil {
+	if err := createNodeConfig(ctx, dyn, o.maxInTrial); err != nil {
 		return err
 	}
 	first, err := watch.waitActive(ctx, cm.ResourceVersion, start, wait)
@@ -267,6 +268,10 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
+	syncsBefore, err := nodeSyncs(metricsAddr)
+	if err != nil {
+		return err
+	}
 	start = time.Now()
 	next := configMap(2)
 	next.ResourceVersion = cm.ResourceVersion
@@ -281,7 +286,14 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	report("config change"+changeTarget(n), change)
+	target := ""
+	if o.maxInTrial == "100%" {
+		target = changeTarget(n) // the targets are for a change at once
+	}
+	report("config change"+target, change)
+	if syncsAfter, err := nodeSyncs(metricsAddr); err == nil {
+		fmt.Printf("    node syncs: %.1f per node (%.0f in all)\n", (syncsAfter-syncsBefore)/float64(n), syncsAfter-syncsBefore)
+	}
 	cpu := cpuAfter.minus(cpuBefore)
 	fmt.Printf("    CPU it took: %v (all active in %.2f x that)\n", cpu, change.all().Seconds()/cpu.floor())
 	// One statusd write a node shows the new config active: the fleet's
@@ -310,11 +322,12 @@ func run(o options) (err error) {
 	}
 	fmt.Printf("  API writes for the change, to last-known-good: %.2f per node (%d in all; target <= 3)\n",
 		float64(writesAfter-writesBefore)/float64(n), writesAfter-writesBefore)
-	peak, rss, err := memory(reconciler.Pid())
+	mem, err := memory(reconciler.Pid())
 	if err != nil {
 		return err
 	}
-	fmt.Printf("  reconciler memory: peak RSS %d MiB, now %d MiB (target <= 100 MiB)\n", peak>>10, rss>>10)
+	fmt.Printf("  reconciler memory: peak RSS %d MiB, now %d MiB (target <= 100 MiB)\n", mem.peak>>10, mem.rss>>10)
+	fmt.Printf("    (now: anonymous %d MiB, pages of files %d MiB)\n", mem.anon>>10, mem.file>>10)
 	if b, err := fetch("http://" + metricsAddr + "/metrics"); err == nil {
 		fmt.Printf("    (%s)\n", runtimeMemory(b))
 	}
@@ -326,8 +339,11 @@ func run(o options) (err error) {
 	if !o.auth {
 		path = "/noauth"
 	}
+	if o.maxInTrial != "100%" {
+		path += "/max-in-trial=" + o.maxInTrial
+	}
 	line := fmt.Sprintf("BenchmarkFleet/nodes=%d%s 1 %d ns/op %.2f all-active-s %.2f first-rollout-s %d p50-ms %d p99-ms %d reconciler-peak-rss-MiB %.2f writes/node/change",
-		n, path, change.all().Nanoseconds(), change.all().Seconds(), first.all().Seconds(), change.pct(50).Milliseconds(), change.pct(99).Milliseconds(), peak>>10,
+		n, path, change.all().Nanoseconds(), change.all().Seconds(), first.all().Seconds(), change.pct(50).Milliseconds(), change.pct(99).Milliseconds(), mem.peak>>10,
 		float64(writesAfter-writesBefore)/float64(n))
 	if ceiling > 0 {
 		line += fmt.Sprintf(" %.0f api-writes/s %.2f floor-s %.2f ratio-to-floor", ceiling, floor, change.all().Seconds()/floor)
@@ -381,7 +397,7 @@ func configMap(v int) *corev1.ConfigMap {
 	}
 }
 
-func createNodeConfig(ctx context.Context, dyn dynamic.Interface) error {
+func createNodeConfig(ctx context.Context, dyn dynamic.Interface, maxInTrial string) error {
 	_, err := dyn.Resource(v1alpha1.GroupVersionResource).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "nodeconfig.io/v1alpha1", "kind": "NodeConfig",
 		"metadata": map[string]any{"name": "fleet"},
@@ -389,7 +405,7 @@ func createNodeConfig(ctx context.Context, dyn dynamic.Interface) error {
 			"nodeSelector": map[string]any{"matchLabels": map[string]any{label: "bench"}},
 			"source":       map[string]any{"configMap": map[string]any{"namespace": namespace, "name": "kubelet", "key": "config.yaml"}},
 			"soakSeconds":  int64(20),
-			"rollout":      map[string]any{"maxInTrial": "100%"},
+			"rollout":      map[string]any{"maxInTrial": maxInTrial},
 		},
 	}}, metav1.CreateOptions{})
 	return err
@@ -621,17 +637,20 @@ func settledWrites(l *audit.Log) (int, error) {
 	return w.Total(), err
 }
 
-// memory reads a process's peak and current resident set size in KiB.
-func memory(pid int) (peak, rss int64, err error) {
+// resident is a process's resident set in KiB: its peak, now, and now's
+// anonymous memory and pages of files (its binary's, mostly).
+type resident struct{ peak, rss, anon, file int64 }
+
+func memory(pid int) (resident, error) {
 	proc, err := procfs.NewProc(pid)
 	if err != nil {
-		return 0, 0, err
+		return resident{}, err
 	}
 	st, err := proc.NewStatus()
 	if err != nil {
-		return 0, 0, err
+		return resident{}, err
 	}
-	return int64(st.VmHWM >> 10), int64(st.VmRSS >> 10), nil
+	return resident{peak: int64(st.VmHWM >> 10), rss: int64(st.VmRSS >> 10), anon: int64(st.RssAnon >> 10), file: int64(st.RssFile >> 10)}, nil
 }
 
 // runtimeMemory summarises the Go runtime's memory gauges of a /metrics page.
@@ -653,6 +672,29 @@ func runtimeMemory(page []byte) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// nodeSyncs reads the reconciler's count of node syncs: each one asks the
+// node's agent.
+func nodeSyncs(metricsAddr string) (float64, error) {
+	page, err := fetch("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(page))
+	if err != nil {
+		return 0, err
+	}
+	var n float64
+	for _, m := range families["nodeconfig_reconciler_syncs_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "queue" && l.GetValue() == "nodes" {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n, nil
 }
 
 func fetch(url string) ([]byte, error) {
