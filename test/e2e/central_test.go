@@ -65,8 +65,9 @@ func TestCentralValidationRefusesBeforeAnyNode(t *testing.T) {
 // (nodeconfig-kubelet-check): its refusal reads as the kubelet's code in
 // process reads ("invalid KubeletConfiguration: ..."). When it cannot run,
 // the new version is held, not refused and not assigned: the NodeConfig
-// says ValidationUnavailable naming the binary, the nodes keep their
-// config, and once the binary runs again the version rolls out.
+// says ValidationUnavailable naming the binary (no Node gets a Warning of
+// its own), the nodes keep their config, and once the binary runs again
+// the version rolls out.
 func TestCentralKubeletValidationRunsInAChildProcess(t *testing.T) {
 	real, err := proc.Binary("nodeconfig-kubelet-check")
 	if err != nil {
@@ -147,6 +148,15 @@ func TestCentralKubeletValidationRunsInAChildProcess(t *testing.T) {
 			return strings.Contains(st.GetError(), check) && st.GetFailures() > 0, nil
 		}); err != nil {
 			t.Fatalf("node %s: reconciler error %q (%d failures), want it to name %s: %v", n.Name, st.GetError(), st.GetFailures(), check, err)
+		}
+	}
+	// Said once on the NodeConfig, not once per node: a fleet of thousands
+	// would get thousands of Events for one missing binary.
+	for _, n := range e.nodes {
+		for _, ev := range e.events(t, "Node", n.Name, "UpdateFailed") {
+			if strings.Contains(ev.Message, check) {
+				t.Fatalf("node %s got its own Warning for the NodeConfig's validator: %q", n.Name, ev.Message)
+			}
 		}
 	}
 
