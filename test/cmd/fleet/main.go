@@ -78,7 +78,7 @@ func main() {
 	flag.BoolVar(&o.fsync, "fsync", false, "fsync every store commit; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
 	flag.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the state directory")
-	flag.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the agents and the API server during the config change, and the reconciler's heap after it, to this directory (agents in this process only: at most -agents-per-process nodes)")
+	flag.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the API server and this process during the config change, and the reconciler's heap after it, to this directory (this process's profile is the agents' up to -agents-per-process nodes, the harness's alone above)")
 	flag.BoolVar(&o.auth, "auth", true, "the installed path: each agent serves TLS on a loopback address of its own and checks the reconciler's per-node token with TokenReview; false: unix sockets, no authentication")
 	flag.IntVar(&o.perProcess, "agents-per-process", 3000, fmt.Sprintf("most nodes whose agents one process hosts, about %d open files each: up to this many this process hosts them all, a larger fleet is split evenly across child processes of this command", filesPerNode))
 	flag.Func("reconciler-flag", "one more flag for the reconciler, e.g. -reconciler-flag=--agent-max-connections=64 (repeatable)", func(v string) error {
@@ -107,10 +107,6 @@ func run(o options) (err error) {
 		return errors.New("-nodes and -agents-per-process must be at least 1")
 	}
 	hosted := n > o.perProcess // by child processes
-	if hosted && o.profiles != "" {
-		return fmt.Errorf("-profile profiles agents in this process only, and %d nodes are more than -agents-per-process (%d): child processes would host them; "+
-			"profile at most %d nodes, or raise -agents-per-process as far as the open-file limit allows", n, o.perProcess, o.perProcess)
-	}
 	// The waits: five minutes, more for fleets over 5,000 (10,000 nodes'
 	// first rollout mints and reviews 10,000 tokens).
 	wait := max(5*time.Minute, time.Duration(n)*60*time.Millisecond)
@@ -259,7 +255,11 @@ func run(o options) (err error) {
 	}
 	var stopProfiles func() error
 	if o.profiles != "" {
-		if stopProfiles, err = startProfiles(ctx, o.profiles, metricsAddr, admin); err != nil {
+		self := "agents.cpu.pprof"
+		if hosts != nil {
+			self = "harness.cpu.pprof" // the agents run in their hosts
+		}
+		if stopProfiles, err = startProfiles(ctx, o.profiles, self, metricsAddr, admin); err != nil {
 			return err
 		}
 	}
@@ -430,14 +430,14 @@ func startReconciler(c *cluster.Cluster, root string, workers int, agentArgs []s
 	return p, metricsAddr, err
 }
 
-// startProfiles records CPU profiles of the reconciler, this process (the
-// agents) and the API server until the returned stop, which also takes the
+// startProfiles records CPU profiles of the reconciler, this process (into
+// self) and the API server until the returned stop, which also takes the
 // reconciler's heap profile.
-func startProfiles(ctx context.Context, dir, reconcilerMetrics string, admin kubernetes.Interface) (stop func() error, err error) {
+func startProfiles(ctx context.Context, dir, self, reconcilerMetrics string, admin kubernetes.Interface) (stop func() error, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	agentsOut, err := os.Create(filepath.Join(dir, "agents.cpu.pprof"))
+	agentsOut, err := os.Create(filepath.Join(dir, self))
 	if err != nil {
 		return nil, err
 	}
