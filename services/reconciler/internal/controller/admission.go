@@ -16,8 +16,6 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func(
 		held := c.trialsHeld(nc)
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		// Nodes leaving nc share its trial (see depart.go).
-		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected)+len(c.departing[nc.Name]))
 		// Counted before the wait for unseen nodes: a halt is durable and
 		// holds whatever the nodes not seen yet say.
 		if pacing.Halted(c.haltCountLocked(nc, v), pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)) {
@@ -31,8 +29,7 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func(
 			// a reset that left nc.
 			return policy.Wait
 		}
-		inTrial := c.departuresInTrialLocked(nc.Name, node) + c.onTrialLocked(nc.Name, node)
-		if inTrial >= limit {
+		if c.freePlacesLocked(nc, len(selected), node) <= 0 {
 			return policy.Wait
 		}
 		info := c.infoLocked(node)
@@ -40,6 +37,15 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func(
 		c.reindexLocked(info)
 		return policy.Admitted
 	}
+}
+
+// freePlacesLocked is how many more nodes nc's trial takes, not counting
+// except ("" for none) among those in it. Nodes leaving nc share its trial
+// (see depart.go), so its limit is a share of them and of the selected
+// nodes. c.mu must be held.
+func (c *Controller) freePlacesLocked(nc *v1alpha1.NodeConfig, selected int, except string) int {
+	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, selected+len(c.departing[nc.Name]))
+	return limit - c.departuresInTrialLocked(nc.Name, except) - c.onTrialLocked(nc.Name, except)
 }
 
 // wakeWaiting enqueues the nodes pacing held back on ncName, as many as
@@ -57,9 +63,7 @@ func (c *Controller) wakeWaiting(ncName string) {
 	c.mu.Lock()
 	free := len(c.waiting[ncName])
 	if nc != nil {
-		// As pace counts them, for a node not yet on trial.
-		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, selected+len(c.departing[nc.Name]))
-		free = limit - c.departuresInTrialLocked(nc.Name, "") - c.onTrialLocked(nc.Name, "")
+		free = c.freePlacesLocked(nc, selected, "")
 	}
 	waiting := make([]string, 0, max(0, min(free, len(c.waiting[ncName]))))
 	for name := range c.waiting[ncName] {

@@ -8,7 +8,6 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/services/reconciler/internal/pacing"
 	"nodeconfig.io/services/reconciler/internal/policy"
 )
 
@@ -45,9 +44,7 @@ func (c *Controller) departFor(node string) func(from *nodeconfigv1.ConfigSource
 			// its own reset.
 			return policy.Wait, soak, nc.Name
 		}
-		limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected)+len(c.departing[nc.Name]))
-		inTrial := c.departuresInTrialLocked(nc.Name, node) + c.onTrialLocked(nc.Name, node)
-		if inTrial >= limit {
+		if c.freePlacesLocked(nc, len(selected), node) <= 0 {
 			return policy.Wait, soak, nc.Name
 		}
 		// A departure's place is counted by departuresInTrialLocked, not as
