@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
+	"time"
 
 	"github.com/prometheus/procfs"
 )
@@ -94,4 +98,48 @@ func fleetPids(hosts *agentHosts, apiServer, etcd, reconciler int) cpuPids {
 		agents = append(agents, hosts.pids()...)
 	}
 	return cpuPids{agents: agents, apiServer: apiServer, etcd: etcd, reconciler: reconciler}
+}
+
+// idleCPU is the CPU each part takes per second of d while nothing
+// changes, with this process's CPU profile written to profile (if named).
+func idleCPU(ctx context.Context, p cpuPids, d time.Duration, profile string) (idleUse, error) {
+	if profile != "" {
+		if err := os.MkdirAll(filepath.Dir(profile), 0o755); err != nil {
+			return idleUse{}, err
+		}
+		out, err := os.Create(profile)
+		if err != nil {
+			return idleUse{}, err
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return idleUse{}, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	before, err := readCPU(p)
+	if err != nil {
+		return idleUse{}, err
+	}
+	select {
+	case <-ctx.Done():
+		return idleUse{}, context.Cause(ctx)
+	case <-time.After(d):
+	}
+	after, err := readCPU(p)
+	if err != nil {
+		return idleUse{}, err
+	}
+	return idleUse{after.minus(before), d.Seconds()}, nil
+}
+
+type idleUse struct {
+	cpuUse
+	seconds float64
+}
+
+func (u idleUse) String() string {
+	per := func(v float64) float64 { return v / u.seconds }
+	return fmt.Sprintf("agents and harness %.2f s, API server %.2f s, etcd %.2f s, reconciler %.2f s",
+		per(u.agents), per(u.apiServer), per(u.etcd), per(u.reconciler))
 }

@@ -61,7 +61,7 @@ type options struct {
 	nodes, workers, perProcess int
 	fsync, keep, auth          bool
 	profiles, maxInTrial       string
-	ceiling                    time.Duration
+	ceiling, idle              time.Duration
 	reconcilerFlags            []string
 }
 
@@ -87,6 +87,7 @@ func main() {
 	})
 	flag.StringVar(&o.maxInTrial, "max-in-trial", "100%", "the NodeConfig's spec.rollout.maxInTrial: under 100% the rollouts are paced, and the nodes it holds back wait for places")
 	flag.DurationVar(&o.ceiling, "ceiling", 5*time.Second, "how long to measure the API server's Node write ceiling before the rollout (0: not measured)")
+	flag.DurationVar(&o.idle, "idle", 10*time.Second, "how long to measure the CPU the settled fleet takes before the change (0: not measured)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
@@ -253,6 +254,23 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
+	pids := fleetPids(hosts, c.APIServer.Pid(), c.Etcd.Pid(), reconciler.Pid())
+	// What the settled fleet takes with nothing to do: every change pays
+	// it for as long as the change lasts.
+	if o.idle > 0 {
+		profile := ""
+		if o.profiles != "" {
+			profile = filepath.Join(o.profiles, "agents-idle.cpu.pprof")
+			if hosts != nil {
+				profile = filepath.Join(o.profiles, "harness-idle.cpu.pprof")
+			}
+		}
+		idle, err := idleCPU(ctx, pids, o.idle, profile)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  idle before the change, CPU per second over %v: %v\n", o.idle, idle)
+	}
 	var stopProfiles func() error
 	if o.profiles != "" {
 		self := "agents.cpu.pprof"
@@ -263,7 +281,6 @@ func run(o options) (err error) {
 			return err
 		}
 	}
-	pids := fleetPids(hosts, c.APIServer.Pid(), c.Etcd.Pid(), reconciler.Pid())
 	cpuBefore, err := readCPU(pids)
 	if err != nil {
 		return err
