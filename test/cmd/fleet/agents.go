@@ -197,7 +197,7 @@ func (a *agents) start(ctx context.Context, i int, root string, fsync bool, sec 
 	sd, err := statusd.New(statusd.Options{
 		Client: client, NodeName: name,
 		Checkpointd: nodeconfigv1.NewCheckpointServiceClient(conn), Target: socket,
-		StateFile: filepath.Join(dir, "reports.json"), SyncPeriod: 10 * time.Second, Log: log.With("node", name),
+		StateFile: filepath.Join(dir, "reports.json"), Log: log.With("node", name),
 	})
 	if err != nil {
 		return err
