@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,6 +212,53 @@ func tail(path string, n int) string {
 	return string(b)
 }
 
+// followCommands runs the coordinator's commands, one a line, until its
+// input ends: "profile FILE" starts this host's CPU profile into FILE,
+// "stop-profile" ends it.
+func followCommands(in io.Reader) {
+	var profile *os.File
+	stop := func() {
+		if profile != nil {
+			pprof.StopCPUProfile()
+			_ = profile.Close()
+			profile = nil
+		}
+	}
+	defer stop()
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		command, arg, _ := strings.Cut(sc.Text(), " ")
+		switch command {
+		case "profile":
+			stop()
+			f, err := os.Create(arg)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "profile:", err)
+				continue
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				fmt.Fprintln(os.Stderr, "profile:", err)
+				_ = f.Close()
+				continue
+			}
+			profile = f
+		case "stop-profile":
+			stop()
+		}
+	}
+}
+
+// command sends every host one command line (see followCommands).
+func (hs *agentHosts) command(line func(h *agentHost) string) error {
+	var errs []error
+	for _, h := range hs.hosts {
+		if _, err := io.WriteString(h.stdin, line(h)+"\n"); err != nil {
+			errs = append(errs, fmt.Errorf("the agent host of nodes %d to %d: %w", h.from, h.to-1, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // agentHostMain is the child: it serves the agents of its range of nodes,
 // says "ready" on stdout, and stops when its stdin ends (the coordinator
 // closed it, or died) or on SIGTERM.
@@ -236,7 +284,7 @@ func agentHostMain(args []string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
+		followCommands(os.Stdin)
 		cancel()
 	}()
 	raiseFileLimit(filesPerNode*(*to-*from) + 1024)

@@ -56,12 +56,16 @@ const (
 	label     = "nodeconfig.io/fleet"
 )
 
+// defaultSoak is the fleet NodeConfig's soak: short, so a run is short, and
+// at 5,000 nodes and more shorter than the change itself.
+const defaultSoak = 20 * time.Second
+
 // options are the command's flags.
 type options struct {
 	nodes, workers, perProcess int
 	fsync, keep, auth          bool
 	profiles, maxInTrial       string
-	ceiling, idle              time.Duration
+	ceiling, idle, soak        time.Duration
 	reconcilerFlags            []string
 }
 
@@ -78,7 +82,7 @@ func main() {
 	flag.BoolVar(&o.fsync, "fsync", false, "fsync every store commit; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
 	flag.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the state directory")
-	flag.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the API server and this process during the config change, and the reconciler's heap after it, to this directory (this process's profile is the agents' up to -agents-per-process nodes, the harness's alone above)")
+	flag.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the API server, this process and each agent host during the config change, and the reconciler's heap after it, to this directory (this process's profile is the agents' up to -agents-per-process nodes, the harness's alone above)")
 	flag.BoolVar(&o.auth, "auth", true, "the installed path: each agent serves TLS on a loopback address of its own and checks the reconciler's per-node token with TokenReview; false: unix sockets, no authentication")
 	flag.IntVar(&o.perProcess, "agents-per-process", 3000, fmt.Sprintf("most nodes whose agents one process hosts, about %d open files each: up to this many this process hosts them all, a larger fleet is split evenly across child processes of this command", filesPerNode))
 	flag.Func("reconciler-flag", "one more flag for the reconciler, e.g. -reconciler-flag=--agent-max-connections=64 (repeatable)", func(v string) error {
@@ -87,6 +91,7 @@ func main() {
 	})
 	flag.StringVar(&o.maxInTrial, "max-in-trial", "100%", "the NodeConfig's spec.rollout.maxInTrial: under 100% the rollouts are paced, and the nodes it holds back wait for places")
 	flag.DurationVar(&o.ceiling, "ceiling", 5*time.Second, "how long to measure the API server's Node write ceiling before the rollout (0: not measured)")
+	flag.DurationVar(&o.soak, "soak", defaultSoak, "the NodeConfig's spec.soakSeconds: shorter than the change, the first nodes' promotions run during it and take their share of its CPU")
 	flag.DurationVar(&o.idle, "idle", 10*time.Second, "how long to measure the CPU the settled fleet takes before the change (0: not measured)")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -110,7 +115,7 @@ func run(o options) (err error) {
 	hosted := n > o.perProcess // by child processes
 	// The waits: five minutes, more for fleets over 5,000 (10,000 nodes'
 	// first rollout mints and reviews 10,000 tokens).
-	wait := max(5*time.Minute, time.Duration(n)*60*time.Millisecond)
+	wait := max(5*time.Minute, time.Duration(n)*60*time.Millisecond) + o.soak
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -234,7 +239,7 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := createNodeConfig(ctx, dyn, o.maxInTrial); err != nil {
+	if err := createNodeConfig(ctx, dyn, o.maxInTrial, o.soak); err != nil {
 		return err
 	}
 	first, err := watch.waitActive(ctx, cm.ResourceVersion, start, wait)
@@ -279,6 +284,18 @@ func run(o options) (err error) {
 		}
 		if stopProfiles, err = startProfiles(ctx, o.profiles, self, metricsAddr, admin); err != nil {
 			return err
+		}
+		if hosts != nil {
+			if err := hosts.command(func(h *agentHost) string {
+				return fmt.Sprintf("profile %s", filepath.Join(o.profiles, fmt.Sprintf("agents-%05d-%05d.cpu.pprof", h.from, h.to-1)))
+			}); err != nil {
+				return err
+			}
+			stopFleetProfiles := stopProfiles
+			stopProfiles = func() error {
+				err := hosts.command(func(*agentHost) string { return "stop-profile" })
+				return errors.Join(stopFleetProfiles(), err)
+			}
 		}
 	}
 	cpuBefore, err := readCPU(pids)
@@ -359,6 +376,9 @@ func run(o options) (err error) {
 	if o.maxInTrial != "100%" {
 		path += "/max-in-trial=" + o.maxInTrial
 	}
+	if o.soak != defaultSoak {
+		path += "/soak=" + o.soak.String()
+	}
 	line := fmt.Sprintf("BenchmarkFleet/nodes=%d%s 1 %d ns/op %.2f all-active-s %.2f first-rollout-s %d p50-ms %d p99-ms %d reconciler-peak-rss-MiB %.2f writes/node/change",
 		n, path, change.all().Nanoseconds(), change.all().Seconds(), first.all().Seconds(), change.pct(50).Milliseconds(), change.pct(99).Milliseconds(), mem.peak>>10,
 		float64(writesAfter-writesBefore)/float64(n))
@@ -414,14 +434,14 @@ func configMap(v int) *corev1.ConfigMap {
 	}
 }
 
-func createNodeConfig(ctx context.Context, dyn dynamic.Interface, maxInTrial string) error {
+func createNodeConfig(ctx context.Context, dyn dynamic.Interface, maxInTrial string, soak time.Duration) error {
 	_, err := dyn.Resource(v1alpha1.GroupVersionResource).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "nodeconfig.io/v1alpha1", "kind": "NodeConfig",
 		"metadata": map[string]any{"name": "fleet"},
 		"spec": map[string]any{
 			"nodeSelector": map[string]any{"matchLabels": map[string]any{label: "bench"}},
 			"source":       map[string]any{"configMap": map[string]any{"namespace": namespace, "name": "kubelet", "key": "config.yaml"}},
-			"soakSeconds":  int64(20),
+			"soakSeconds":  int64(soak.Seconds()),
 			"rollout":      map[string]any{"maxInTrial": maxInTrial},
 		},
 	}}, metav1.CreateOptions{})
