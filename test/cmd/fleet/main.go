@@ -316,6 +316,7 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
+	promotedDuring := watch.promotedSoFar()
 	cpuAfter, err := readCPU(pids)
 	if err != nil {
 		return err
@@ -328,6 +329,9 @@ func run(o options) (err error) {
 	if syncsAfter, err := nodeSyncs(metricsAddr); err == nil {
 		fmt.Printf("    node syncs: %.1f per node (%.0f in all)\n", (syncsAfter-syncsBefore)/float64(n), syncsAfter-syncsBefore)
 	}
+	// A soak shorter than the change puts the first nodes' promotions
+	// (their agents', the API server's and the reconciler's share) in it.
+	fmt.Printf("    promoted during it: %d of %d nodes (soak %v)\n", promotedDuring, n, o.soak)
 	cpu := cpuAfter.minus(cpuBefore)
 	fmt.Printf("    CPU it took: %v (all active in %.2f x that)\n", cpu, change.all().Seconds()/cpu.floor())
 	// One statusd write a node shows the new config active: the fleet's
@@ -654,6 +658,13 @@ func (w *activeWatch) waitActive(ctx context.Context, want string, start time.Ti
 		out = append(out, at.Sub(start))
 	}
 	return out, nil
+}
+
+// promotedSoFar is how many nodes show the expected config promoted.
+func (w *activeWatch) promotedSoFar() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.promoted)
 }
 
 func (w *activeWatch) waitPromoted(ctx context.Context, want string, timeout time.Duration) error {
