@@ -104,18 +104,11 @@ func fleetPids(hosts *agentHosts, apiServer, etcd, reconciler int) cpuPids {
 // changes, with this process's CPU profile written to profile (if named).
 func idleCPU(ctx context.Context, p cpuPids, d time.Duration, profile string) (idleUse, error) {
 	if profile != "" {
-		if err := os.MkdirAll(filepath.Dir(profile), 0o755); err != nil {
-			return idleUse{}, err
-		}
-		out, err := os.Create(profile)
+		stop, err := startCPUProfile(profile)
 		if err != nil {
 			return idleUse{}, err
 		}
-		defer out.Close()
-		if err := pprof.StartCPUProfile(out); err != nil {
-			return idleUse{}, err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	before, err := readCPU(p)
 	if err != nil {
@@ -142,4 +135,24 @@ func (u idleUse) String() string {
 	per := func(v float64) float64 { return v / u.seconds }
 	return fmt.Sprintf("agents and harness %.2f s, API server %.2f s, etcd %.2f s, reconciler %.2f s",
 		per(u.agents), per(u.apiServer), per(u.etcd), per(u.reconciler))
+}
+
+// startCPUProfile profiles this process into path (its directory made if
+// missing) until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		_ = out.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = out.Close()
+	}, nil
 }

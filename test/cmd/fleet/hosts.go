@@ -13,7 +13,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +71,7 @@ func startAgentHosts(ctx context.Context, cancel context.CancelCauseFunc, kubeco
 	ready := make(chan error, k)
 	for j := range k {
 		h := &agentHost{from: j * n / k, to: (j + 1) * n / k, done: make(chan struct{})}
-		h.log = filepath.Join(root, fmt.Sprintf("agents-%05d-%05d.log", h.from, h.to-1))
+		h.log = filepath.Join(root, h.name()+".log")
 		args := []string{agentHostFlag, "-from", strconv.Itoa(h.from), "-to", strconv.Itoa(h.to), "-root", root,
 			"-kubeconfig", kubeconfig, "-fsync=" + strconv.FormatBool(fsync), "-auth=" + strconv.FormatBool(sec != nil)}
 		if sec != nil {
@@ -216,37 +215,28 @@ func tail(path string, n int) string {
 // input ends: "profile FILE" starts this host's CPU profile into FILE,
 // "stop-profile" ends it.
 func followCommands(in io.Reader) {
-	var profile *os.File
-	stop := func() {
-		if profile != nil {
-			pprof.StopCPUProfile()
-			_ = profile.Close()
-			profile = nil
-		}
-	}
-	defer stop()
+	stop := func() {}
+	defer func() { stop() }()
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		command, arg, _ := strings.Cut(sc.Text(), " ")
 		switch command {
 		case "profile":
 			stop()
-			f, err := os.Create(arg)
-			if err != nil {
+			var err error
+			if stop, err = startCPUProfile(arg); err != nil {
 				fmt.Fprintln(os.Stderr, "profile:", err)
-				continue
+				stop = func() {}
 			}
-			if err := pprof.StartCPUProfile(f); err != nil {
-				fmt.Fprintln(os.Stderr, "profile:", err)
-				_ = f.Close()
-				continue
-			}
-			profile = f
 		case "stop-profile":
 			stop()
+			stop = func() {}
 		}
 	}
 }
+
+// name names the host's files by its range of nodes.
+func (h *agentHost) name() string { return fmt.Sprintf("agents-%05d-%05d", h.from, h.to-1) }
 
 // command sends every host one command line (see followCommands).
 func (hs *agentHosts) command(line func(h *agentHost) string) error {

@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -260,8 +259,8 @@ func run(o options) (err error) {
 		return err
 	}
 	pids := fleetPids(hosts, c.APIServer.Pid(), c.Etcd.Pid(), reconciler.Pid())
-	// What the settled fleet takes with nothing to do: every change pays
-	// it for as long as the change lasts.
+	// What the settled fleet takes with nothing to do: the background a
+	// change runs on.
 	if o.idle > 0 {
 		profile := ""
 		if o.profiles != "" {
@@ -287,7 +286,7 @@ func run(o options) (err error) {
 		}
 		if hosts != nil {
 			if err := hosts.command(func(h *agentHost) string {
-				return fmt.Sprintf("profile %s", filepath.Join(o.profiles, fmt.Sprintf("agents-%05d-%05d.cpu.pprof", h.from, h.to-1)))
+				return "profile " + filepath.Join(o.profiles, h.name()+".cpu.pprof")
 			}); err != nil {
 				return err
 			}
@@ -475,14 +474,8 @@ func startReconciler(c *cluster.Cluster, root string, workers int, agentArgs []s
 // self) and the API server until the returned stop, which also takes the
 // reconciler's heap profile.
 func startProfiles(ctx context.Context, dir, self, reconcilerMetrics string, admin kubernetes.Interface) (stop func() error, err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	agentsOut, err := os.Create(filepath.Join(dir, self))
+	stopSelf, err := startCPUProfile(filepath.Join(dir, self))
 	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(agentsOut); err != nil {
 		return nil, err
 	}
 	const seconds = "12"
@@ -504,8 +497,7 @@ func startProfiles(ctx context.Context, dir, self, reconcilerMetrics string, adm
 		return admin.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", seconds).DoRaw(ctx)
 	})
 	return func() error {
-		pprof.StopCPUProfile()
-		_ = agentsOut.Close()
+		stopSelf()
 		err := g.Wait()
 		if b, herr := httpGet("http://" + reconcilerMetrics + "/debug/pprof/heap")(); herr == nil {
 			herr = os.WriteFile(filepath.Join(dir, "reconciler.heap.pprof"), b, 0o644)
