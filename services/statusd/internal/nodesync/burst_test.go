@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -94,11 +93,7 @@ func (f *burstFixture) burst() burstTiming {
 }
 
 // skipped is how many syncs found nothing to send.
-func (f *burstFixture) skipped() float64 {
-	var m dto.Metric
-	_ = f.s.m.skipped.Write(&m)
-	return m.GetCounter().GetValue()
-}
+func (f *burstFixture) skipped() float64 { return counterValue(f.s.m.skipped) }
 
 // waitFor fails tb if the Node does not show the counter's current value
 // within 10 s: a lost change must not hang make bench.
