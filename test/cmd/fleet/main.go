@@ -301,7 +301,7 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	syncsBefore, err := nodeSyncs(metricsAddr)
+	syncsBefore, err := readSyncs(metricsAddr)
 	if err != nil {
 		return err
 	}
@@ -325,8 +325,9 @@ func run(o options) (err error) {
 		target = changeTarget(n) // the targets are for a change at once
 	}
 	report("config change"+target, change)
-	if syncsAfter, err := nodeSyncs(metricsAddr); err == nil {
-		fmt.Printf("    node syncs: %.1f per node (%.0f in all)\n", (syncsAfter-syncsBefore)/float64(n), syncsAfter-syncsBefore)
+	if syncsAfter, err := readSyncs(metricsAddr); err == nil {
+		nodes, statuses := syncsAfter.nodes-syncsBefore.nodes, syncsAfter.nodeConfigs-syncsBefore.nodeConfigs
+		fmt.Printf("    node syncs: %.1f per node (%.0f in all); NodeConfig status syncs: %.0f\n", nodes/float64(n), nodes, statuses)
 	}
 	// A soak shorter than the change puts the first nodes' promotions
 	// (their agents', the API server's and the reconciler's share) in it.
@@ -714,23 +715,29 @@ func runtimeMemory(page []byte) string {
 	return strings.Join(parts, ", ")
 }
 
-// nodeSyncs reads the reconciler's count of node syncs: each one asks the
-// node's agent.
-func nodeSyncs(metricsAddr string) (float64, error) {
+// syncCounts are the reconciler's syncs so far: a node sync asks the
+// node's agent, a NodeConfig sync counts its selected nodes' states.
+type syncCounts struct{ nodes, nodeConfigs float64 }
+
+func readSyncs(metricsAddr string) (syncCounts, error) {
+	var n syncCounts
 	page, err := fetch("http://" + metricsAddr + "/metrics")
 	if err != nil {
-		return 0, err
+		return n, err
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(page))
 	if err != nil {
-		return 0, err
+		return n, err
 	}
-	var n float64
 	for _, m := range families["nodeconfig_reconciler_syncs_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
-			if l.GetName() == "queue" && l.GetValue() == "nodes" {
-				n += m.GetCounter().GetValue()
+			switch {
+			case l.GetName() != "queue":
+			case l.GetValue() == "nodes":
+				n.nodes += m.GetCounter().GetValue()
+			case l.GetValue() == "nodeconfigs":
+				n.nodeConfigs += m.GetCounter().GetValue()
 			}
 		}
 	}

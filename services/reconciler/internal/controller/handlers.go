@@ -94,8 +94,11 @@ func (c *Controller) enqueueForNodeConfig(old, cur any) {
 			// Our own status write: the nodes' policy did not change, so
 			// only the nodes held back by pacing look again; re-syncing
 			// every selected node on every status write would make each
-			// write cost a sync of the whole NodeConfig.
-			c.ncQ.Add(n.Name)
+			// write cost a sync of the whole NodeConfig. The status is
+			// counted again after statusCoalesce like any node change's:
+			// counted at once, each write would bring the next, as nodes
+			// change during a rollout.
+			c.queueStatus(n.Name)
 			c.wakeWaiting(n.Name)
 			return
 		}

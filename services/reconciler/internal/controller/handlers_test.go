@@ -3,6 +3,7 @@ package controller
 import (
 	"slices"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -93,8 +94,17 @@ func TestNodeConfigUpdatesWakeTheNodesTheyConcern(t *testing.T) {
 	if got := drain(f.c.nodeQ); !slices.Equal(got, []string{"n1"}) {
 		t.Errorf("a status write woke %v, want only the waiting n1", got)
 	}
+	// The status is counted again after statusCoalesce, not at once:
+	// during a rollout each write would otherwise bring the next.
+	if got := drain(f.c.ncQ); len(got) != 0 {
+		t.Errorf("a status write queued NodeConfigs %v at once, want none before %v", got, statusCoalesce)
+	}
+	deadline := time.Now().Add(statusCoalesce + 5*time.Second)
+	for f.c.ncQ.Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got := drain(f.c.ncQ); !slices.Equal(got, []string{"pool-a"}) {
-		t.Errorf("a status write queued NodeConfigs %v, want pool-a", got)
+		t.Errorf("a status write queued NodeConfigs %v after %v, want pool-a", got, statusCoalesce)
 	}
 
 	edited := poolA("pool-a", v1alpha1.Rollout{})
