@@ -183,8 +183,10 @@ func FreePort() (int, error) {
 // lowestFreePort keeps FreePort above the ports services usually own.
 const lowestFreePort = 10000
 
-// ephemeralLow is the first port of the kernel's ephemeral range.
-func ephemeralLow() (int, bool) {
+// ephemeralLow is the first port of the kernel's ephemeral range, read once.
+var ephemeralLow = sync.OnceValues(readEphemeralLow)
+
+func readEphemeralLow() (int, bool) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		return 0, false

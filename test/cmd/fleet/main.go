@@ -732,11 +732,13 @@ func readSyncs(metricsAddr string) (syncCounts, error) {
 	}
 	for _, m := range families["nodeconfig_reconciler_syncs_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
-			switch {
-			case l.GetName() != "queue":
-			case l.GetValue() == "nodes":
+			if l.GetName() != "queue" {
+				continue
+			}
+			switch l.GetValue() {
+			case "nodes":
 				n.nodes += m.GetCounter().GetValue()
-			case l.GetValue() == "nodeconfigs":
+			case "nodeconfigs":
 				n.nodeConfigs += m.GetCounter().GetValue()
 			}
 		}

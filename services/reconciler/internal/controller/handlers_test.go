@@ -1,12 +1,14 @@
 package controller
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -99,10 +101,8 @@ func TestNodeConfigUpdatesWakeTheNodesTheyConcern(t *testing.T) {
 	if got := drain(f.c.ncQ); len(got) != 0 {
 		t.Errorf("a status write queued NodeConfigs %v at once, want none before %v", got, statusCoalesce)
 	}
-	deadline := time.Now().Add(statusCoalesce + 5*time.Second)
-	for f.c.ncQ.Len() == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, statusCoalesce+5*time.Second, true,
+		func(context.Context) (bool, error) { return f.c.ncQ.Len() > 0, nil })
 	if got := drain(f.c.ncQ); !slices.Equal(got, []string{"pool-a"}) {
 		t.Errorf("a status write queued NodeConfigs %v after %v, want pool-a", got, statusCoalesce)
 	}
