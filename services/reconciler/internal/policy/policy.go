@@ -230,16 +230,17 @@ func earlyError(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 
 func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, d Desired, now time.Time) Result {
 	src := d.Source
-	// Checkpoint first: assigned must only ever name a config on disk.
-	if _, err := agent.GetCheckpoint(ctx, &nodeconfigv1.GetCheckpointRequest{Uid: src.GetUid(), ResourceVersion: src.GetResourceVersion()}); err != nil {
-		if status.Code(err) != codes.NotFound {
-			return failing(recs, fmt.Errorf("%s: look up checkpoint: %w", ReasonAgentUnavailable, err))
+	// Checkpoint first: assigned must only ever name a config on disk. The
+	// put is idempotent, and a node seldom has the version already, so it
+	// is sent without asking first: a lookup would cost every node a round
+	// trip and, when found, carry the same data back.
+	if _, err := agent.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src, Data: d.Data}); err != nil {
+		if unreachable(err) {
+			return failing(recs, fmt.Errorf("%s: checkpoint: %w", ReasonAgentUnavailable, err))
 		}
-		if _, err := agent.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src, Data: d.Data}); err != nil {
-			e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
-				Message: fmt.Sprintf("checkpoint %s: %v", src.Describe(), status.Convert(err).Message())}
-			return earlyError(ctx, agent, recs, e)
-		}
+		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
+			Message: fmt.Sprintf("checkpoint %s: %v", src.Describe(), status.Convert(err).Message())}
+		return earlyError(ctx, agent, recs, e)
 	}
 	if _, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig}); err != nil {
 		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
@@ -342,7 +343,7 @@ func afterActive(recs *nodeconfigv1.Records, now time.Time) Result {
 // a failure to write the file as an early error, so unless the agent could
 // not be reached, the node's own words are reported.
 func agentFailed(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, what string, err error) Result {
-	if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded && c != codes.Canceled {
+	if !unreachable(err) {
 		if r, gerr := agent.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}); gerr == nil {
 			if e := r.GetRecords().GetError().GetError(); e.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY {
 				return failing(r.GetRecords(), fmt.Errorf("%s: %s", e.GetReason(), e.GetMessage()))
@@ -350,6 +351,12 @@ func agentFailed(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient
 		}
 	}
 	return failing(recs, fmt.Errorf("%s: %s: %w", ReasonAgentUnavailable, what, err))
+}
+
+// unreachable says whether a call failed before the agent could answer it.
+func unreachable(err error) bool {
+	c := status.Code(err)
+	return c == codes.Unavailable || c == codes.DeadlineExceeded || c == codes.Canceled
 }
 
 func failing(recs *nodeconfigv1.Records, err error) Result {

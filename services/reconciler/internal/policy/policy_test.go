@@ -24,7 +24,8 @@ type fakeAgent struct {
 	checkpoints map[string]bool
 	calls       []string
 
-	down, putFails, lateError, drift bool
+	down, lateError, drift bool
+	putErr                 error // what PutCheckpoint answers, when set
 }
 
 func newFake(now time.Time) *fakeAgent {
@@ -64,8 +65,8 @@ func (f *fakeAgent) PutCheckpoint(_ context.Context, r *nodeconfigv1.PutCheckpoi
 	if err := f.call("PutCheckpoint"); err != nil {
 		return nil, err
 	}
-	if f.putFails {
-		return nil, status.Error(codes.Internal, "no space left on device")
+	if f.putErr != nil {
+		return nil, f.putErr
 	}
 	f.checkpoints[r.GetSource().GetUid()+"/"+r.GetSource().GetResourceVersion()] = true
 	return &nodeconfigv1.PutCheckpointResponse{Created: true}, nil
@@ -161,7 +162,7 @@ func TestNewAssignmentCheckpointsAssignsActivatesAndWaitsForSoak(t *testing.T) {
 	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != 600*time.Second {
 		t.Fatalf("result %+v", r)
 	}
-	want := []string{"GetRecords", "GetCheckpoint", "PutCheckpoint", "SetAssigned", "Activate"}
+	want := []string{"GetRecords", "PutCheckpoint", "SetAssigned", "Activate"}
 	if len(f.calls) != len(want) {
 		t.Fatalf("calls %v, want %v", f.calls, want)
 	}
@@ -227,8 +228,15 @@ func TestEarlyErrorsRecordAndRetryWithoutRollback(t *testing.T) {
 	if !nodeconfigv1.SameSource(f.recs.GetActive().GetSource(), src("1")) {
 		t.Fatal("an early error rolled back")
 	}
+	// The agent stops answering at the put: nothing is recorded on the
+	// node, and the reason says it could not be reached.
+	f.putErr = errDown
+	r = Sync(context.Background(), f, use("2"), t0.Add(150*time.Minute))
+	if r.Err == nil || !strings.HasPrefix(r.Err.Error(), ReasonAgentUnavailable) || f.recs.GetError().GetError().GetReason() != ReasonDownloadFailed {
+		t.Fatalf("agent unreachable at the put: %+v records %v", r, f.recs)
+	}
 	// Checkpoint write fails.
-	f.putFails = true
+	f.putErr = status.Error(codes.Internal, "no space left on device")
 	r = Sync(context.Background(), f, use("2"), t0.Add(3*time.Hour))
 	if r.Err == nil || f.recs.GetError().GetError().GetReason() != ReasonCheckpointFailed || !nodeconfigv1.SameSource(f.recs.GetAssigned().GetSource(), src("1")) {
 		t.Fatalf("checkpoint failure: %+v records %v", r, f.recs)
@@ -240,7 +248,7 @@ func TestEarlyErrorsRecordAndRetryWithoutRollback(t *testing.T) {
 		t.Fatalf("agent down: %+v", r)
 	}
 	// Heals.
-	f.down, f.putFails = false, false
+	f.down, f.putErr = false, nil
 	r = Sync(context.Background(), f, use("2"), t0.Add(5*time.Hour))
 	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || f.recs.GetError() != nil {
 		t.Fatalf("healed: %+v", r)
@@ -251,7 +259,7 @@ func TestResetLeaveAndPacing(t *testing.T) {
 	f := newFake(t0)
 	Sync(context.Background(), f, use("1"), t0)
 	r := Sync(context.Background(), f, Desired{Mode: ModeLeave}, t0)
-	if len(f.calls) != 6 || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING {
+	if len(f.calls) != 5 || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING {
 		t.Fatalf("leave touched the node: %v", f.calls)
 	}
 	r = Sync(context.Background(), f, Desired{Mode: ModeReset}, t0)
