@@ -227,14 +227,12 @@ func (a *fakeAgent) GetRecords(context.Context, *nodeconfigv1.GetRecordsRequest,
 	return &nodeconfigv1.GetRecordsResponse{Records: proto.Clone(a.recs).(*nodeconfigv1.Records)}, nil
 }
 
-func (a *fakeAgent) GetCheckpoint(_ context.Context, r *nodeconfigv1.GetCheckpointRequest, _ ...grpc.CallOption) (*nodeconfigv1.GetCheckpointResponse, error) {
+// GetCheckpoint is recorded, so writes() shows a sync that looks one up.
+func (a *fakeAgent) GetCheckpoint(context.Context, *nodeconfigv1.GetCheckpointRequest, ...grpc.CallOption) (*nodeconfigv1.GetCheckpointResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.call("GetCheckpoint")
-	if !a.checkpoints[r.GetUid()+"/"+r.GetResourceVersion()] {
-		return nil, status.Error(codes.NotFound, "not found")
-	}
-	return &nodeconfigv1.GetCheckpointResponse{}, nil
+	return nil, status.Error(codes.Unimplemented, "the reconciler sends a checkpoint without looking it up")
 }
 
 func (a *fakeAgent) PutCheckpoint(_ context.Context, r *nodeconfigv1.PutCheckpointRequest, _ ...grpc.CallOption) (*nodeconfigv1.PutCheckpointResponse, error) {

@@ -236,7 +236,7 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 	// trip and, when found, carry the same data back.
 	if _, err := agent.PutCheckpoint(ctx, &nodeconfigv1.PutCheckpointRequest{Source: src, Data: d.Data}); err != nil {
 		if unreachable(err) {
-			return failing(recs, fmt.Errorf("%s: checkpoint: %w", ReasonAgentUnavailable, err))
+			return agentFailed(ctx, agent, recs, "checkpoint", err)
 		}
 		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
 			Message: fmt.Sprintf("checkpoint %s: %v", src.Describe(), status.Convert(err).Message())}
