@@ -3,7 +3,11 @@ package proc
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 )
 
 // A port FreePort gives is below the ephemeral range, where no outgoing
@@ -27,4 +31,90 @@ func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
 		}
 		_ = l.Close()
 	}
+}
+
+// Callers that share the reservations file never get the same port, even
+// all at once from separate opens of the file, as separate test processes
+// would; with every port of the range reserved, the next caller gets an
+// error rather than a port someone else holds.
+func TestReservedPortsAreNeverHandedOutTwice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ports")
+	low := freeRangeStart(t, 40)
+	const callers, each = 8, 5
+	got := make(chan int, callers*each)
+	errs := make(chan error, callers*each)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range each {
+				port, err := reservePort(path, low, low+callers*each, time.Now())
+				if err != nil {
+					errs <- err
+					continue
+				}
+				got <- port
+			}
+		})
+	}
+	wg.Wait()
+	close(got)
+	close(errs)
+	for err := range errs {
+		t.Errorf("reserve: %v", err)
+	}
+	seen := map[int]bool{}
+	for port := range got {
+		if seen[port] {
+			t.Errorf("port %d handed out twice", port)
+		}
+		seen[port] = true
+	}
+	if _, err := reservePort(path, low, low+callers*each, time.Now()); err == nil {
+		t.Error("a port was handed out though every port of the range was reserved")
+	}
+}
+
+// A reservation lapses after reservationTTL, and a line no writer finished
+// reserves nothing.
+func TestReservationsLapse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ports")
+	port := freeRangeStart(t, 1)
+	t0 := time.Now()
+	if got, err := reservePort(path, port, port+1, t0); err != nil || got != port {
+		t.Fatalf("first reservation: %d, %v; want %d", got, err, port)
+	}
+	if _, err := reservePort(path, port, port+1, t0.Add(time.Second)); err == nil {
+		t.Fatal("the port was handed out again while reserved")
+	}
+	if got, err := reservePort(path, port, port+1, t0.Add(reservationTTL+time.Second)); err != nil || got != port {
+		t.Fatalf("after the reservation lapsed: %d, %v; want %d", got, err, port)
+	}
+	if err := os.WriteFile(path, []byte(fmt.Sprintf("%d\n12", port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := reservePort(path, port, port+1, t0); err != nil || got != port {
+		t.Fatalf("after a torn line: %d, %v; want %d", got, err, port)
+	}
+}
+
+// freeRangeStart finds n consecutive ports free to listen on, below the
+// ephemeral range and reserved in the shared file so that no other test
+// process takes them meanwhile.
+func freeRangeStart(t *testing.T, n int) int {
+	t.Helper()
+	for range 50 {
+		first, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := true
+		for p := first + 1; p < first+n && ok; p++ {
+			ok = listenable(p)
+		}
+		if ok {
+			return first
+		}
+	}
+	t.Fatalf("no %d consecutive free ports found", n)
+	return 0
 }

@@ -7,12 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -156,56 +153,6 @@ func (p *Process) Tail(n int) string {
 		b = b[len(b)-n:]
 	}
 	return string(b)
-}
-
-// FreePort returns a loopback TCP port free now, for a process to listen
-// on later. It is chosen below the kernel's ephemeral range: a port from
-// that range can be taken by any outgoing connection in between, and the
-// process then fails with "address already in use".
-func FreePort() (int, error) {
-	if low, ok := ephemeralLow(); ok && low > lowestFreePort {
-		for range 100 {
-			port := lowestFreePort + rand.IntN(low-lowestFreePort)
-			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-				_ = l.Close()
-				return port, nil
-			}
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// lowestFreePort keeps FreePort above the ports services usually own.
-const lowestFreePort = 10000
-
-// ephemeralLow is the first port of the kernel's ephemeral range, read once.
-var ephemeralLow = sync.OnceValues(readEphemeralLow)
-
-func readEphemeralLow() (int, bool) {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0, false
-	}
-	fields := strings.Fields(string(b))
-	if len(fields) != 2 {
-		return 0, false
-	}
-	low, err := strconv.Atoi(fields[0])
-	return low, err == nil
-}
-
-// FreeAddr returns a free loopback address "127.0.0.1:port".
-func FreeAddr() (string, error) {
-	port, err := FreePort()
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("127.0.0.1:%d", port), nil
 }
 
 // WaitFor polls cond every 25 ms until it is true or timeout passes. An
