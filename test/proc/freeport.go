@@ -58,11 +58,10 @@ func reservePort(path string, low, high int, now time.Time) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("port reservations: %w", err)
 	}
-	defer f.Close()
+	defer f.Close() // which releases the lock
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		return 0, fmt.Errorf("lock %s: %w", path, err)
 	}
-	defer func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }()
 	reserved := readReservations(f, now.Add(-reservationTTL))
 	// From a random start, so that callers rarely probe the same ports.
 	start := rand.IntN(high - low)
