@@ -76,7 +76,7 @@ func (f *fixture) addNode(name string, labels map[string]string) *fakeAgent {
 		f.t.Fatal(err)
 	}
 	f.c.nodesChanged()
-	a := &fakeAgent{recs: &nodeconfigv1.Records{}, checkpoints: map[string]bool{}, now: func() time.Time { return f.now }}
+	a := &fakeAgent{recs: &nodeconfigv1.Records{}, now: func() time.Time { return f.now }}
 	f.agents.mu.Lock()
 	f.agents.agents[name] = a
 	f.agents.mu.Unlock()
@@ -187,12 +187,11 @@ func (p *fakePool) Forget(string) {}
 // fakeAgent is an in-memory checkpointd that keeps the calls it got.
 type fakeAgent struct {
 	nodeconfigv1.CheckpointServiceClient
-	mu          sync.Mutex
-	now         func() time.Time
-	recs        *nodeconfigv1.Records
-	checkpoints map[string]bool
-	calls       []string
-	lateError   bool
+	mu        sync.Mutex
+	now       func() time.Time
+	recs      *nodeconfigv1.Records
+	calls     []string
+	lateError bool
 }
 
 func (a *fakeAgent) call(name string) {
@@ -235,11 +234,10 @@ func (a *fakeAgent) GetCheckpoint(context.Context, *nodeconfigv1.GetCheckpointRe
 	return nil, status.Error(codes.Unimplemented, "the reconciler sends a checkpoint without looking it up")
 }
 
-func (a *fakeAgent) PutCheckpoint(_ context.Context, r *nodeconfigv1.PutCheckpointRequest, _ ...grpc.CallOption) (*nodeconfigv1.PutCheckpointResponse, error) {
+func (a *fakeAgent) PutCheckpoint(_ context.Context, _ *nodeconfigv1.PutCheckpointRequest, _ ...grpc.CallOption) (*nodeconfigv1.PutCheckpointResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.call("PutCheckpoint")
-	a.checkpoints[r.GetSource().GetUid()+"/"+r.GetSource().GetResourceVersion()] = true
 	return &nodeconfigv1.PutCheckpointResponse{Created: true}, nil
 }
 
