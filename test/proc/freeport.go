@@ -26,7 +26,7 @@ func FreePort() (int, error) {
 	if !ok || low <= lowestFreePort {
 		return kernelPort()
 	}
-	return reservePort(reservationsPath(), lowestFreePort, low, time.Now())
+	return reservePort(reservationsPath(), lowestFreePort, low, time.Now(), listenable)
 }
 
 // FreeAddr returns a free loopback address "127.0.0.1:port".
@@ -51,9 +51,9 @@ func reservationsPath() string {
 }
 
 // reservePort picks a port in [low, high) that no caller reserved within
-// reservationTTL and that is free to listen on now, and records it. An
+// reservationTTL and that free says is free now, and records it. An
 // exclusive flock on the file serializes callers across processes.
-func reservePort(path string, low, high int, now time.Time) (int, error) {
+func reservePort(path string, low, high int, now time.Time, free func(port int) bool) (int, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		return 0, fmt.Errorf("port reservations: %w", err)
@@ -67,7 +67,7 @@ func reservePort(path string, low, high int, now time.Time) (int, error) {
 	start := rand.IntN(high - low)
 	for i := range high - low {
 		port := low + (start+i)%(high-low)
-		if _, taken := reserved[port]; taken || !listenable(port) {
+		if _, taken := reserved[port]; taken || !free(port) {
 			continue
 		}
 		reserved[port] = now

@@ -39,15 +39,14 @@ func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
 // error rather than a port someone else holds.
 func TestReservedPortsAreNeverHandedOutTwice(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ports")
-	low := freeRangeStart(t, 40)
-	const callers, each = 8, 5
+	const low, callers, each = 20000, 8, 5
 	got := make(chan int, callers*each)
 	errs := make(chan error, callers*each)
 	var wg sync.WaitGroup
 	for range callers {
 		wg.Go(func() {
 			for range each {
-				port, err := reservePort(path, low, low+callers*each, time.Now())
+				port, err := reservePort(path, low, low+callers*each, time.Now(), allFree)
 				if err != nil {
 					errs <- err
 					continue
@@ -69,7 +68,7 @@ func TestReservedPortsAreNeverHandedOutTwice(t *testing.T) {
 		}
 		seen[port] = true
 	}
-	if _, err := reservePort(path, low, low+callers*each, time.Now()); err == nil {
+	if _, err := reservePort(path, low, low+callers*each, time.Now(), allFree); err == nil {
 		t.Error("a port was handed out though every port of the range was reserved")
 	}
 }
@@ -78,43 +77,25 @@ func TestReservedPortsAreNeverHandedOutTwice(t *testing.T) {
 // reserves nothing.
 func TestReservationsLapse(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ports")
-	port := freeRangeStart(t, 1)
+	const port = 20000
 	t0 := time.Now()
-	if got, err := reservePort(path, port, port+1, t0); err != nil || got != port {
+	if got, err := reservePort(path, port, port+1, t0, allFree); err != nil || got != port {
 		t.Fatalf("first reservation: %d, %v; want %d", got, err, port)
 	}
-	if _, err := reservePort(path, port, port+1, t0.Add(time.Second)); err == nil {
+	if _, err := reservePort(path, port, port+1, t0.Add(time.Second), allFree); err == nil {
 		t.Fatal("the port was handed out again while reserved")
 	}
-	if got, err := reservePort(path, port, port+1, t0.Add(reservationTTL+time.Second)); err != nil || got != port {
+	if got, err := reservePort(path, port, port+1, t0.Add(reservationTTL+time.Second), allFree); err != nil || got != port {
 		t.Fatalf("after the reservation lapsed: %d, %v; want %d", got, err, port)
 	}
 	if err := os.WriteFile(path, []byte(fmt.Sprintf("%d\n12", port)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := reservePort(path, port, port+1, t0); err != nil || got != port {
+	if got, err := reservePort(path, port, port+1, t0, allFree); err != nil || got != port {
 		t.Fatalf("after a torn line: %d, %v; want %d", got, err, port)
 	}
 }
 
-// freeRangeStart finds n consecutive ports free to listen on, below the
-// ephemeral range and reserved in the shared file so that no other test
-// process takes them meanwhile.
-func freeRangeStart(t *testing.T, n int) int {
-	t.Helper()
-	for range 50 {
-		first, err := FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ok := true
-		for p := first + 1; p < first+n && ok; p++ {
-			ok = listenable(p)
-		}
-		if ok {
-			return first
-		}
-	}
-	t.Fatalf("no %d consecutive free ports found", n)
-	return 0
-}
+// allFree stands in for the probe: these tests are about the reservations,
+// and a real port another process happens to hold would fail them.
+func allFree(int) bool { return true }
