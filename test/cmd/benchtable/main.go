@@ -40,8 +40,9 @@ type row struct {
 // runBy names, for the benchmarks make bench does not run, what appends
 // them to the saved output; a figure not run says so.
 var runBy = map[string]string{
-	"BenchmarkFleet/nodes=5000":  "make fleet-bench FLEET_NODES=5000",
-	"BenchmarkFleet/nodes=10000": "make fleet-bench FLEET_NODES=10000",
+	"BenchmarkFleet/nodes=5000":               "make fleet-bench FLEET_NODES=5000",
+	"BenchmarkFleet/nodes=10000":              "make fleet-bench FLEET_NODES=10000",
+	"BenchmarkFleet/nodes=5000/selected=1000": "make fleet-bench FLEET_NODES=5000 FLEET_SELECT=1000",
 }
 
 // reportedOnly is the check of a figure with no target: it is shown, never
@@ -82,6 +83,8 @@ var rows = []row{
 	{"fleet of 5,000: API writes per node per change", "BenchmarkFleet/nodes=5000", "writes/node/change", "reported",
 		reportedOnly, nil},
 	{"fleet of 5,000: seconds per 1,000 nodes", "BenchmarkFleet/nodes=5000", "s-per-1000-nodes", "reported",
+		reportedOnly, nil},
+	{"fleet of 5,000, a change of 1,000 of them: seconds per 1,000 nodes", "BenchmarkFleet/nodes=5000/selected=1000", "s-per-1000-nodes", "reported",
 		reportedOnly, nil},
 	{"fleet of 10,000: all active on a change", "BenchmarkFleet/nodes=10000", "all-active-s", "reported",
 		reportedOnly, writeFloor},

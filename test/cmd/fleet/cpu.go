@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -155,4 +156,58 @@ func startCPUProfile(path string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		_ = out.Close()
 	}, nil
+}
+
+// kernelUse is what the kernel did for each part: system CPU seconds and
+// minor page faults (first touches of memory the process was given or
+// had returned), the costs a process's memory size can drive.
+type kernelUse struct{ system, faults [4]float64 }
+
+var partNames = [4]string{"agents and harness", "API server", "etcd", "reconciler"}
+
+func readKernel(p cpuPids) (kernelUse, error) {
+	var k kernelUse
+	add := func(i, pid int) error {
+		proc, err := procfs.NewProc(pid)
+		if err != nil {
+			return err
+		}
+		st, err := proc.Stat()
+		if err != nil {
+			return fmt.Errorf("kernel time of process %d: %w", pid, err)
+		}
+		k.system[i] += float64(st.STime) / userHZ
+		k.faults[i] += float64(st.MinFlt)
+		return nil
+	}
+	for _, pid := range p.agents {
+		if err := add(0, pid); err != nil {
+			return k, err
+		}
+	}
+	for i, pid := range []int{p.apiServer, p.etcd, p.reconciler} {
+		if err := add(i+1, pid); err != nil {
+			return k, err
+		}
+	}
+	return k, nil
+}
+
+// userHZ is the clock tick of /proc's times (procfs's CPUTime uses it too).
+const userHZ = 100
+
+func (k kernelUse) minus(before kernelUse) kernelUse {
+	for i := range k.system {
+		k.system[i] -= before.system[i]
+		k.faults[i] -= before.faults[i]
+	}
+	return k
+}
+
+func (k kernelUse) String() string {
+	var parts []string
+	for i, name := range partNames {
+		parts = append(parts, fmt.Sprintf("%s %.1f s, %.0f faults", name, k.system[i], k.faults[i]))
+	}
+	return strings.Join(parts, "; ")
 }

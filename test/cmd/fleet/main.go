@@ -61,7 +61,7 @@ const defaultSoak = 20 * time.Second
 
 // options are the command's flags.
 type options struct {
-	nodes, workers, perProcess int
+	nodes, selected, workers, perProcess int
 	fsync, keep, auth          bool
 	profiles, maxInTrial       string
 	ceiling, idle, soak        time.Duration
@@ -78,6 +78,7 @@ func main() {
 	}
 	var o options
 	flag.IntVar(&o.nodes, "nodes", 1000, "simulated nodes")
+	flag.IntVar(&o.selected, "select", 0, "how many of the nodes the NodeConfig selects (0: all); the others' agents run idle beside the rollout, so a rollout of one size can be measured in clusters of others")
 	flag.BoolVar(&o.fsync, "fsync", false, "fsync every store commit; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
 	flag.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the state directory")
@@ -110,6 +111,15 @@ func run(o options) (err error) {
 	n := o.nodes
 	if n < 1 || o.perProcess < 1 {
 		return errors.New("-nodes and -agents-per-process must be at least 1")
+	}
+	// sel is the rollout's size: every figure of the change is per
+	// selected node.
+	sel := n
+	if o.selected != 0 {
+		if o.selected < 1 || o.selected > n {
+			return fmt.Errorf("-select %d: it must be between 1 and -nodes (%d)", o.selected, n)
+		}
+		sel = o.selected
 	}
 	hosted := n > o.perProcess // by child processes
 	// The waits: five minutes, more for fleets over 5,000 (10,000 nodes'
@@ -154,21 +164,33 @@ func run(o options) (err error) {
 	}
 
 	names := make([]string, n)
+	chosen := make(map[string]bool, sel)
 	for i := range names {
 		names[i] = nodeName(i)
+		// Spread evenly over the fleet, so over every agent host.
+		if (i+1)*sel/n > i*sel/n {
+			chosen[names[i]] = true
+		}
 	}
 	t0 := time.Now()
 	if err := forEach(names, 64, func(name string) error {
+		role := "bench"
+		if !chosen[name] {
+			role = "idle"
+		}
 		_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
-			Name: name, Labels: map[string]string{label: "bench", "kubernetes.io/hostname": name},
+			Name: name, Labels: map[string]string{label: role, "kubernetes.io/hostname": name},
 		}}, metav1.CreateOptions{})
 		return err
 	}); err != nil {
 		return fmt.Errorf("create nodes: %w", err)
 	}
 	fmt.Printf("  %d Node objects created in %v\n", n, since(t0))
+	if sel < n {
+		fmt.Printf("  the NodeConfig selects %d of them; the agents of the other %d run idle\n", sel, n-sel)
+	}
 
-	watch := newActiveWatch(admin, n)
+	watch := newActiveWatch(admin, n, sel)
 	go watch.run(ctx)
 
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
@@ -301,6 +323,10 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
+	kernelBefore, err := readKernel(pids)
+	if err != nil {
+		return err
+	}
 	syncsBefore, err := readSyncs(metricsAddr)
 	if err != nil {
 		return err
@@ -320,29 +346,34 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
+	kernelAfter, err := readKernel(pids)
+	if err != nil {
+		return err
+	}
 	target := ""
-	if o.maxInTrial == "100%" {
-		target = changeTarget(n) // the targets are for a change at once
+	if o.maxInTrial == "100%" && sel == n {
+		target = changeTarget(sel) // the targets are for a change at once
 	}
 	report("config change"+target, change)
 	if syncsAfter, err := readSyncs(metricsAddr); err == nil {
 		nodes, statuses := syncsAfter.nodes-syncsBefore.nodes, syncsAfter.nodeConfigs-syncsBefore.nodeConfigs
-		fmt.Printf("    node syncs: %.1f per node (%.0f in all); NodeConfig status syncs: %.0f\n", nodes/float64(n), nodes, statuses)
+		fmt.Printf("    node syncs: %.1f per node (%.0f in all); NodeConfig status syncs: %.0f\n", nodes/float64(sel), nodes, statuses)
 	}
 	// A soak shorter than the change puts the first nodes' promotions
 	// (their agents', the API server's and the reconciler's share) in it.
-	fmt.Printf("    promoted during it: %d of %d nodes (soak %v)\n", promotedDuring, n, o.soak)
+	fmt.Printf("    promoted during it: %d of %d nodes (soak %v)\n", promotedDuring, sel, o.soak)
 	cpu := cpuAfter.minus(cpuBefore)
 	fmt.Printf("    CPU it took: %v (all active in %.2f x that)\n", cpu, change.all().Seconds()/cpu.floor())
+	fmt.Printf("    of it in the kernel, with the minor page faults: %v\n", kernelAfter.minus(kernelBefore))
 	// One statusd write a node shows the new config active: the fleet's
-	// change takes at least n of them at the ceiling.
+	// change takes at least sel of them at the ceiling.
 	var floor float64
 	if ceiling > 0 {
-		floor = float64(n) / ceiling
+		floor = float64(sel) / ceiling
 		fmt.Printf("    the API server's floor for it: %.2f s (%d writes at %.0f/s); all active in %.2f x that\n",
-			floor, n, ceiling, change.all().Seconds()/floor)
+			floor, sel, ceiling, change.all().Seconds()/floor)
 	}
-	perThousand := change.all().Seconds() / (float64(n) / 1000)
+	perThousand := change.all().Seconds() / (float64(sel) / 1000)
 	fmt.Printf("    %.2f s per 1,000 nodes\n", perThousand)
 	files := openFiles(reconciler.Pid(), c.APIServer.Pid(), hosts)
 	if stopProfiles != nil {
@@ -359,7 +390,7 @@ func run(o options) (err error) {
 		return err
 	}
 	fmt.Printf("  API writes for the change, to last-known-good: %.2f per node (%d in all; target <= 3)\n",
-		float64(writesAfter-writesBefore)/float64(n), writesAfter-writesBefore)
+		float64(writesAfter-writesBefore)/float64(sel), writesAfter-writesBefore)
 	mem, err := memory(reconciler.Pid())
 	if err != nil {
 		return err
@@ -383,9 +414,12 @@ func run(o options) (err error) {
 	if o.soak != defaultSoak {
 		path += "/soak=" + o.soak.String()
 	}
+	if sel < n {
+		path += "/selected=" + strconv.Itoa(sel)
+	}
 	line := fmt.Sprintf("BenchmarkFleet/nodes=%d%s 1 %d ns/op %.2f all-active-s %.2f first-rollout-s %d p50-ms %d p99-ms %d reconciler-peak-rss-MiB %.2f writes/node/change",
 		n, path, change.all().Nanoseconds(), change.all().Seconds(), first.all().Seconds(), change.pct(50).Milliseconds(), change.pct(99).Milliseconds(), mem.peak>>10,
-		float64(writesAfter-writesBefore)/float64(n))
+		float64(writesAfter-writesBefore)/float64(sel))
 	if ceiling > 0 {
 		line += fmt.Sprintf(" %.0f api-writes/s %.2f floor-s %.2f ratio-to-floor", ceiling, floor, change.all().Seconds()/floor)
 	}
@@ -516,7 +550,8 @@ func startProfiles(ctx context.Context, dir, self, reconcilerMetrics string, adm
 // harness's own O(n²), a fifth of the CPU at 5,000 nodes.
 type activeWatch struct {
 	client kubernetes.Interface
-	n      int
+	// n nodes report; the first sel of them are selected.
+	n, sel int
 	mu     sync.Mutex
 	cond   *sync.Cond
 	status map[string]corev1.NodeConfigStatus
@@ -527,8 +562,8 @@ type activeWatch struct {
 	promoted map[string]bool
 }
 
-func newActiveWatch(client kubernetes.Interface, n int) *activeWatch {
-	w := &activeWatch{client: client, n: n, status: map[string]corev1.NodeConfigStatus{}, seen: map[string]time.Time{}}
+func newActiveWatch(client kubernetes.Interface, n, sel int) *activeWatch {
+	w := &activeWatch{client: client, n: n, sel: sel, status: map[string]corev1.NodeConfigStatus{}, seen: map[string]time.Time{}}
 	w.cond = sync.NewCond(&w.mu)
 	w.expectLocked("")
 	return w
@@ -639,14 +674,14 @@ func (w *activeWatch) waitActive(ctx context.Context, want string, start time.Ti
 	w.expectLocked(want)
 	w.mu.Unlock()
 	err := w.wait(ctx, timeout, "every node active on "+want, func() (bool, string) {
-		return len(w.activeAt) == w.n, fmt.Sprintf("%d of %d active", len(w.activeAt), w.n)
+		return len(w.activeAt) == w.sel, fmt.Sprintf("%d of %d active", len(w.activeAt), w.sel)
 	})
 	if err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(latencies, 0, w.n)
+	out := make(latencies, 0, w.sel)
 	for _, at := range w.activeAt {
 		out = append(out, at.Sub(start))
 	}
@@ -662,7 +697,7 @@ func (w *activeWatch) promotedSoFar() int {
 
 func (w *activeWatch) waitPromoted(ctx context.Context, want string, timeout time.Duration) error {
 	return w.wait(ctx, timeout, "every node promoted to "+want, func() (bool, string) {
-		return len(w.promoted) == w.n, fmt.Sprintf("%d of %d promoted", len(w.promoted), w.n)
+		return len(w.promoted) == w.sel, fmt.Sprintf("%d of %d promoted", len(w.promoted), w.sel)
 	})
 }
 
