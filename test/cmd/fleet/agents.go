@@ -106,7 +106,7 @@ func (sec *security) serverOptions(node string, reviews authenticationv1client.T
 
 // startAgents starts the agents of nodes from to to-1 in this process.
 // Serving, each holds about filesPerNode open files.
-func startAgents(ctx context.Context, kube *rest.Config, root string, from, to int, fsync bool, sec *security, log *slog.Logger) (*agents, error) {
+func startAgents(ctx context.Context, kube *rest.Config, root string, from, to int, fsync bool, sec *security, withStatusd func(i int) bool, log *slog.Logger) (*agents, error) {
 	// Every statusd has its own client, rate limit and HTTP transport (its
 	// own connection to the API server), as a statusd process on a real
 	// node has. A Proxy func keeps client-go from sharing one cached
@@ -129,13 +129,15 @@ func startAgents(ctx context.Context, kube *rest.Config, root string, from, to i
 	var g errgroup.Group
 	g.SetLimit(32)
 	for i := from; i < to; i++ {
-		g.Go(func() error { return a.start(ctx, i, root, fsync, sec, cfg, reviewCfg, reviewHTTP, log) })
+		g.Go(func() error {
+			return a.start(ctx, i, root, fsync, sec, withStatusd(i), cfg, reviewCfg, reviewHTTP, log)
+		})
 	}
 	return a, g.Wait()
 }
 
-// start starts node i's checkpointd and statusd.
-func (a *agents) start(ctx context.Context, i int, root string, fsync bool, sec *security, cfg, reviewCfg *rest.Config, reviewHTTP *http.Client, log *slog.Logger) error {
+// start starts node i's checkpointd and, if asked, its statusd.
+func (a *agents) start(ctx context.Context, i int, root string, fsync bool, sec *security, withStatusd bool, cfg, reviewCfg *rest.Config, reviewHTTP *http.Client, log *slog.Logger) error {
 	name := nodeName(i)
 	dir := filepath.Join(root, "n", name)
 	ckd, err := checkpointd.Open(checkpointd.Options{
@@ -173,6 +175,12 @@ func (a *agents) start(ctx context.Context, i int, root string, fsync bool, sec 
 		}
 	}
 	go func() { _ = srv.Serve(l) }()
+	a.mu.Lock()
+	a.servers = append(a.servers, srv)
+	a.mu.Unlock()
+	if !withStatusd {
+		return nil
+	}
 	// statusd reaches its checkpointd in memory (as over its unix socket,
 	// trusted): two files per node more would not fit the open-file limit.
 	mem := bufconn.Listen(256 << 10)
@@ -180,7 +188,7 @@ func (a *agents) start(ctx context.Context, i int, root string, fsync bool, sec 
 	ckd.Register(memSrv)
 	go func() { _ = memSrv.Serve(mem) }()
 	a.mu.Lock()
-	a.servers = append(a.servers, srv, memSrv)
+	a.servers = append(a.servers, memSrv)
 	a.mu.Unlock()
 	conn, err := grpc.NewClient("passthrough:///"+name, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return mem.DialContext(ctx) }))

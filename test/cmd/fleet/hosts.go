@@ -61,7 +61,7 @@ type agentHosts struct {
 // startAgentHosts splits nodes 0 to n-1 into ranges of at most perHost and
 // starts a child for each, then waits until every child's agents serve. A
 // child that exits before stop cancels ctx with the reason.
-func startAgentHosts(ctx context.Context, cancel context.CancelCauseFunc, kubeconfig, root string, n, perHost int, fsync bool, sec *security, timeout time.Duration) (*agentHosts, error) {
+func startAgentHosts(ctx context.Context, cancel context.CancelCauseFunc, kubeconfig, root string, n, perHost int, fsync bool, sec *security, chosen selection, idleWithoutStatusd bool, timeout time.Duration) (*agentHosts, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -73,7 +73,8 @@ func startAgentHosts(ctx context.Context, cancel context.CancelCauseFunc, kubeco
 		h := &agentHost{from: j * n / k, to: (j + 1) * n / k, done: make(chan struct{})}
 		h.log = filepath.Join(root, h.name()+".log")
 		args := []string{agentHostFlag, "-from", strconv.Itoa(h.from), "-to", strconv.Itoa(h.to), "-root", root,
-			"-kubeconfig", kubeconfig, "-fsync=" + strconv.FormatBool(fsync), "-auth=" + strconv.FormatBool(sec != nil)}
+			"-kubeconfig", kubeconfig, "-fsync=" + strconv.FormatBool(fsync), "-auth=" + strconv.FormatBool(sec != nil),
+			"-nodes", strconv.Itoa(chosen.n), "-select", strconv.Itoa(chosen.sel), "-idle-without-statusd=" + strconv.FormatBool(idleWithoutStatusd)}
 		if sec != nil {
 			args = append(args, "-tls-cert", sec.tls.CertFile, "-tls-key", sec.tls.KeyFile, "-reconciler-user", sec.user)
 		}
@@ -263,11 +264,14 @@ func agentHostMain(args []string) error {
 	cert := fs.String("tls-cert", "", "the agents' serving certificate")
 	key := fs.String("tls-key", "", "its key")
 	user := fs.String("reconciler-user", "", "the reconciler's user name in TokenReviews")
+	nodes := fs.Int("nodes", 0, "the fleet's nodes")
+	selected := fs.Int("select", 0, "how many of them the NodeConfig selects")
+	idleWithoutStatusd := fs.Bool("idle-without-statusd", false, "run no statusd for the nodes not selected")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *root == "" || *kubeconfig == "" || *to <= *from {
-		return errors.New("want -root, -kubeconfig and -from < -to")
+	if *root == "" || *kubeconfig == "" || *to <= *from || *to > *nodes || *selected < 1 || *selected > *nodes {
+		return errors.New("want -root, -kubeconfig, -from < -to <= -nodes and 1 <= -select <= -nodes")
 	}
 	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stopSignals()
@@ -287,7 +291,7 @@ func agentHostMain(args []string) error {
 		sec = &security{tls: agenttls.Files{CertFile: *cert, KeyFile: *key}, user: *user}
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := startAgents(ctx, kube, *root, *from, *to, *fsync, sec, log)
+	a, err := startAgents(ctx, kube, *root, *from, *to, *fsync, sec, selection{n: *nodes, sel: *selected}.withStatusd(*idleWithoutStatusd), log)
 	if err != nil {
 		a.stop()
 		return err

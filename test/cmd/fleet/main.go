@@ -62,10 +62,11 @@ const defaultSoak = 20 * time.Second
 // options are the command's flags.
 type options struct {
 	nodes, selected, workers, perProcess int
-	fsync, keep, auth          bool
-	profiles, maxInTrial       string
-	ceiling, idle, soak        time.Duration
-	reconcilerFlags            []string
+	fsync, keep, auth                    bool
+	idleWithoutStatusd                   bool
+	profiles, maxInTrial                 string
+	ceiling, idle, soak                  time.Duration
+	reconcilerFlags                      []string
 }
 
 func main() {
@@ -79,6 +80,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.nodes, "nodes", 1000, "simulated nodes")
 	flag.IntVar(&o.selected, "select", 0, "how many of the nodes the NodeConfig selects (0: all); the others' agents run idle beside the rollout, so a rollout of one size can be measured in clusters of others")
+	flag.BoolVar(&o.idleWithoutStatusd, "idle-without-statusd", false, "with -select, the idle nodes run their checkpointd alone: no statusd, so no API connection or Node watch of theirs")
 	flag.BoolVar(&o.fsync, "fsync", false, "fsync every store commit; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
 	flag.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the state directory")
@@ -120,6 +122,12 @@ func run(o options) (err error) {
 			return fmt.Errorf("-select %d: it must be between 1 and -nodes (%d)", o.selected, n)
 		}
 		sel = o.selected
+	}
+	chosen := selection{n: n, sel: sel}
+	// reporting is how many nodes run a statusd.
+	reporting := n
+	if o.idleWithoutStatusd {
+		reporting = sel
 	}
 	hosted := n > o.perProcess // by child processes
 	// The waits: five minutes, more for fleets over 5,000 (10,000 nodes'
@@ -163,19 +171,10 @@ func run(o options) (err error) {
 		return err
 	}
 
-	names := make([]string, n)
-	chosen := make(map[string]bool, sel)
-	for i := range names {
-		names[i] = nodeName(i)
-		// Spread evenly over the fleet, so over every agent host.
-		if (i+1)*sel/n > i*sel/n {
-			chosen[names[i]] = true
-		}
-	}
 	t0 := time.Now()
-	if err := forEach(names, 64, func(name string) error {
-		role := "bench"
-		if !chosen[name] {
+	if err := forEach(n, 64, func(i int) error {
+		name, role := nodeName(i), "bench"
+		if !chosen.selected(i) {
 			role = "idle"
 		}
 		_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
@@ -187,10 +186,14 @@ func run(o options) (err error) {
 	}
 	fmt.Printf("  %d Node objects created in %v\n", n, since(t0))
 	if sel < n {
-		fmt.Printf("  the NodeConfig selects %d of them; the agents of the other %d run idle\n", sel, n-sel)
+		idle := "the agents"
+		if o.idleWithoutStatusd {
+			idle = "the checkpointds (no statusd)"
+		}
+		fmt.Printf("  the NodeConfig selects %d of them; %s of the other %d run idle\n", sel, idle, n-sel)
 	}
 
-	watch := newActiveWatch(admin, n, sel)
+	watch := newActiveWatch(admin, reporting, sel)
 	go watch.run(ctx)
 
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
@@ -206,7 +209,7 @@ func run(o options) (err error) {
 	var agents stopper
 	var hosts *agentHosts
 	if hosted {
-		if hosts, err = startAgentHosts(ctx, cancel, c.Kubeconfig, root, n, o.perProcess, o.fsync, sec, wait); err != nil {
+		if hosts, err = startAgentHosts(ctx, cancel, c.Kubeconfig, root, n, o.perProcess, o.fsync, sec, chosen, o.idleWithoutStatusd, wait); err != nil {
 			return err
 		}
 		agents = hosts
@@ -220,7 +223,7 @@ func run(o options) (err error) {
 		log := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		// The statusds stop before their checkpointds, as in a host.
 		agentsCtx, stopStatusds := context.WithCancel(ctx)
-		a, err := startAgents(agentsCtx, c.Config, root, 0, n, o.fsync, sec, log)
+		a, err := startAgents(agentsCtx, c.Config, root, 0, n, o.fsync, sec, chosen.withStatusd(o.idleWithoutStatusd), log)
 		agents = stopFunc(func() { stopStatusds(); a.stop() })
 		if err != nil {
 			agents.stop()
@@ -231,7 +234,7 @@ func run(o options) (err error) {
 	if err := watch.waitReported(ctx, wait); err != nil {
 		return err
 	}
-	fmt.Printf("  %d agents started and reporting in %v\n", n, since(t0))
+	fmt.Printf("  %d agents started and %d reporting in %v\n", n, reporting, since(t0))
 
 	// The API server's write ceiling, with the agents watching their
 	// Nodes, before anything of nodeconfig's writes.
@@ -416,6 +419,9 @@ func run(o options) (err error) {
 	}
 	if sel < n {
 		path += "/selected=" + strconv.Itoa(sel)
+		if o.idleWithoutStatusd {
+			path += "/idle-without-statusd"
+		}
 	}
 	line := fmt.Sprintf("BenchmarkFleet/nodes=%d%s 1 %d ns/op %.2f all-active-s %.2f first-rollout-s %d p50-ms %d p99-ms %d reconciler-peak-rss-MiB %.2f writes/node/change",
 		n, path, change.all().Nanoseconds(), change.all().Seconds(), first.all().Seconds(), change.pct(50).Milliseconds(), change.pct(99).Milliseconds(), mem.peak>>10,
@@ -455,12 +461,24 @@ func openFiles(reconciler, apiServer int, hosts *agentHosts) string {
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
 
-// forEach runs fn over items with at most par at a time.
-func forEach(items []string, par int, fn func(string) error) error {
+// selection says which of a fleet's n nodes the NodeConfig selects: sel of
+// them, spread evenly over the indices, so over every agent host.
+type selection struct{ n, sel int }
+
+func (s selection) selected(i int) bool { return (i+1)*s.sel/s.n > i*s.sel/s.n }
+
+// withStatusd says which nodes run a statusd: all, or with idleWithout
+// only the selected ones.
+func (s selection) withStatusd(idleWithout bool) func(i int) bool {
+	return func(i int) bool { return !idleWithout || s.selected(i) }
+}
+
+// forEach runs fn for 0 to n-1 with at most par at a time.
+func forEach(n, par int, fn func(i int) error) error {
 	var g errgroup.Group
 	g.SetLimit(par)
-	for _, it := range items {
-		g.Go(func() error { return fn(it) })
+	for i := range n {
+		g.Go(func() error { return fn(i) })
 	}
 	return g.Wait()
 }
