@@ -33,40 +33,63 @@ type cpuPids struct {
 	apiServer, etcd, reconciler int
 }
 
-func readCPU(p cpuPids) (cpuUse, error) {
-	u := cpuUse{harness: -1}
-	for _, pid := range p.agents {
-		s, err := cpuSeconds(pid)
+// The parts, in the order each visits them.
+const (
+	partAgents = iota
+	partAPIServer
+	partEtcd
+	partReconciler
+	parts
+)
+
+var partNames = [parts]string{"agents and harness", "API server", "etcd", "reconciler"}
+
+// each calls fn with every process's /proc stat and its part.
+func (p cpuPids) each(fn func(part, pid int, st procfs.ProcStat)) error {
+	visit := func(part, pid int) error {
+		proc, err := procfs.NewProc(pid)
 		if err != nil {
-			return u, err
+			return err
 		}
-		u.agents += s
-		if pid == os.Getpid() && len(p.agents) > 1 {
-			u.harness = s
+		st, err := proc.Stat()
+		if err != nil {
+			return fmt.Errorf("CPU time of process %d: %w", pid, err)
+		}
+		fn(part, pid, st)
+		return nil
+	}
+	for _, pid := range p.agents {
+		if err := visit(partAgents, pid); err != nil {
+			return err
 		}
 	}
-	var err error
-	for _, part := range []struct {
-		pid int
-		to  *float64
-	}{{p.apiServer, &u.apiServer}, {p.etcd, &u.etcd}, {p.reconciler, &u.reconciler}} {
-		if *part.to, err = cpuSeconds(part.pid); err != nil {
-			return u, err
+	for part, pid := range map[int]int{partAPIServer: p.apiServer, partEtcd: p.etcd, partReconciler: p.reconciler} {
+		if err := visit(part, pid); err != nil {
+			return err
 		}
 	}
-	return u, nil
+	return nil
 }
 
-func cpuSeconds(pid int) (float64, error) {
-	proc, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, err
-	}
-	st, err := proc.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
-	}
-	return st.CPUTime(), nil
+func readCPU(p cpuPids) (cpuUse, error) {
+	u := cpuUse{harness: -1}
+	err := p.each(func(part, pid int, st procfs.ProcStat) {
+		s := st.CPUTime()
+		switch part {
+		case partAgents:
+			u.agents += s
+			if pid == os.Getpid() && len(p.agents) > 1 {
+				u.harness = s
+			}
+		case partAPIServer:
+			u.apiServer = s
+		case partEtcd:
+			u.etcd = s
+		case partReconciler:
+			u.reconciler = s
+		}
+	})
+	return u, err
 }
 
 func (u cpuUse) minus(before cpuUse) cpuUse {
@@ -161,36 +184,15 @@ func startCPUProfile(path string) (stop func(), err error) {
 // kernelUse is what the kernel did for each part: system CPU seconds and
 // minor page faults (first touches of memory the process was given or
 // had returned), the costs a process's memory size can drive.
-type kernelUse struct{ system, faults [4]float64 }
-
-var partNames = [4]string{"agents and harness", "API server", "etcd", "reconciler"}
+type kernelUse struct{ system, faults [parts]float64 }
 
 func readKernel(p cpuPids) (kernelUse, error) {
 	var k kernelUse
-	add := func(i, pid int) error {
-		proc, err := procfs.NewProc(pid)
-		if err != nil {
-			return err
-		}
-		st, err := proc.Stat()
-		if err != nil {
-			return fmt.Errorf("kernel time of process %d: %w", pid, err)
-		}
-		k.system[i] += float64(st.STime) / userHZ
-		k.faults[i] += float64(st.MinFlt)
-		return nil
-	}
-	for _, pid := range p.agents {
-		if err := add(0, pid); err != nil {
-			return k, err
-		}
-	}
-	for i, pid := range []int{p.apiServer, p.etcd, p.reconciler} {
-		if err := add(i+1, pid); err != nil {
-			return k, err
-		}
-	}
-	return k, nil
+	err := p.each(func(part, _ int, st procfs.ProcStat) {
+		k.system[part] += float64(st.STime) / userHZ
+		k.faults[part] += float64(st.MinFlt)
+	})
+	return k, err
 }
 
 // userHZ is the clock tick of /proc's times (procfs's CPUTime uses it too).

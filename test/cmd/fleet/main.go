@@ -355,7 +355,7 @@ func run(o options) (err error) {
 	}
 	target := ""
 	if o.maxInTrial == "100%" && sel == n {
-		target = changeTarget(sel) // the targets are for a change at once
+		target = changeTarget(n) // the targets are for a change at once
 	}
 	report("config change"+target, change)
 	if syncsAfter, err := readSyncs(metricsAddr); err == nil {
@@ -568,7 +568,7 @@ func startProfiles(ctx context.Context, dir, self, reconcilerMetrics string, adm
 // harness's own O(n²), a fifth of the CPU at 5,000 nodes.
 type activeWatch struct {
 	client kubernetes.Interface
-	// n nodes report; the first sel of them are selected.
+	// n nodes report (run a statusd); sel of them are selected.
 	n, sel int
 	mu     sync.Mutex
 	cond   *sync.Cond
