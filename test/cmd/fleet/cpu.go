@@ -25,6 +25,7 @@ type cpuUse struct {
 	// hosts of their own (-1 when it hosts them too): the measuring, which
 	// a real fleet does not pay.
 	harness float64
+	kernel  kernelUse
 }
 
 // cpuPids are the processes whose CPU time cpuUse sums.
@@ -33,7 +34,7 @@ type cpuPids struct {
 	apiServer, etcd, reconciler int
 }
 
-// The parts, in the order each visits them.
+// The parts, as kernelUse indexes them.
 const (
 	partAgents = iota
 	partAPIServer
@@ -44,57 +45,49 @@ const (
 
 var partNames = [parts]string{"agents and harness", "API server", "etcd", "reconciler"}
 
-// each calls fn with every process's /proc stat and its part.
-func (p cpuPids) each(fn func(part, pid int, st procfs.ProcStat)) error {
-	visit := func(part, pid int) error {
+// readCPU reads each process's /proc stat once: its CPU time and, beside
+// it, the kernel's share and the minor page faults.
+func readCPU(p cpuPids) (cpuUse, error) {
+	u := cpuUse{harness: -1}
+	read := func(part, pid int) (float64, error) {
 		proc, err := procfs.NewProc(pid)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		st, err := proc.Stat()
 		if err != nil {
-			return fmt.Errorf("CPU time of process %d: %w", pid, err)
+			return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
 		}
-		fn(part, pid, st)
-		return nil
+		u.kernel.system[part] += float64(st.STime) / userHZ
+		u.kernel.faults[part] += float64(st.MinFlt)
+		return st.CPUTime(), nil
 	}
 	for _, pid := range p.agents {
-		if err := visit(partAgents, pid); err != nil {
-			return err
+		s, err := read(partAgents, pid)
+		if err != nil {
+			return u, err
+		}
+		u.agents += s
+		if pid == os.Getpid() && len(p.agents) > 1 {
+			u.harness = s
 		}
 	}
-	for part, pid := range map[int]int{partAPIServer: p.apiServer, partEtcd: p.etcd, partReconciler: p.reconciler} {
-		if err := visit(part, pid); err != nil {
-			return err
+	var err error
+	for _, other := range []struct {
+		part, pid int
+		to        *float64
+	}{{partAPIServer, p.apiServer, &u.apiServer}, {partEtcd, p.etcd, &u.etcd}, {partReconciler, p.reconciler, &u.reconciler}} {
+		if *other.to, err = read(other.part, other.pid); err != nil {
+			return u, err
 		}
 	}
-	return nil
-}
-
-func readCPU(p cpuPids) (cpuUse, error) {
-	u := cpuUse{harness: -1}
-	err := p.each(func(part, pid int, st procfs.ProcStat) {
-		s := st.CPUTime()
-		switch part {
-		case partAgents:
-			u.agents += s
-			if pid == os.Getpid() && len(p.agents) > 1 {
-				u.harness = s
-			}
-		case partAPIServer:
-			u.apiServer = s
-		case partEtcd:
-			u.etcd = s
-		case partReconciler:
-			u.reconciler = s
-		}
-	})
-	return u, err
+	return u, nil
 }
 
 func (u cpuUse) minus(before cpuUse) cpuUse {
 	d := cpuUse{agents: u.agents - before.agents, apiServer: u.apiServer - before.apiServer,
-		etcd: u.etcd - before.etcd, reconciler: u.reconciler - before.reconciler, harness: -1}
+		etcd: u.etcd - before.etcd, reconciler: u.reconciler - before.reconciler, harness: -1,
+		kernel: u.kernel.minus(before.kernel)}
 	if u.harness >= 0 && before.harness >= 0 {
 		d.harness = u.harness - before.harness
 	}
@@ -186,16 +179,7 @@ func startCPUProfile(path string) (stop func(), err error) {
 // had returned), the costs a process's memory size can drive.
 type kernelUse struct{ system, faults [parts]float64 }
 
-func readKernel(p cpuPids) (kernelUse, error) {
-	var k kernelUse
-	err := p.each(func(part, _ int, st procfs.ProcStat) {
-		k.system[part] += float64(st.STime) / userHZ
-		k.faults[part] += float64(st.MinFlt)
-	})
-	return k, err
-}
-
-// userHZ is the clock tick of /proc's times (procfs's CPUTime uses it too).
+// userHZ is the clock tick of /proc's times, as procfs's CPUTime takes it.
 const userHZ = 100
 
 func (k kernelUse) minus(before kernelUse) kernelUse {
@@ -207,9 +191,9 @@ func (k kernelUse) minus(before kernelUse) kernelUse {
 }
 
 func (k kernelUse) String() string {
-	var parts []string
+	var out []string
 	for i, name := range partNames {
-		parts = append(parts, fmt.Sprintf("%s %.1f s, %.0f faults", name, k.system[i], k.faults[i]))
+		out = append(out, fmt.Sprintf("%s %.1f s, %.0f faults", name, k.system[i], k.faults[i]))
 	}
-	return strings.Join(parts, "; ")
+	return strings.Join(out, "; ")
 }

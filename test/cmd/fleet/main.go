@@ -326,10 +326,6 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	kernelBefore, err := readKernel(pids)
-	if err != nil {
-		return err
-	}
 	syncsBefore, err := readSyncs(metricsAddr)
 	if err != nil {
 		return err
@@ -349,10 +345,6 @@ func run(o options) (err error) {
 	if err != nil {
 		return err
 	}
-	kernelAfter, err := readKernel(pids)
-	if err != nil {
-		return err
-	}
 	target := ""
 	if o.maxInTrial == "100%" && sel == n {
 		target = changeTarget(n) // the targets are for a change at once
@@ -367,7 +359,7 @@ func run(o options) (err error) {
 	fmt.Printf("    promoted during it: %d of %d nodes (soak %v)\n", promotedDuring, sel, o.soak)
 	cpu := cpuAfter.minus(cpuBefore)
 	fmt.Printf("    CPU it took: %v (all active in %.2f x that)\n", cpu, change.all().Seconds()/cpu.floor())
-	fmt.Printf("    of it in the kernel, with the minor page faults: %v\n", kernelAfter.minus(kernelBefore))
+	fmt.Printf("    of it in the kernel, with the minor page faults: %v\n", cpu.kernel)
 	// One statusd write a node shows the new config active: the fleet's
 	// change takes at least sel of them at the ceiling.
 	var floor float64
