@@ -9,7 +9,8 @@
 // A call is judged twice. Before its body is read (the tap), from its
 // headers alone: no token, a token that is not a JWT for our audience or is
 // expired, a token already refused, or a new token beyond the review budget
-// is refused there, so garbage costs neither memory nor a TokenReview. Then
+// is refused there, so garbage costs neither memory nor a TokenReview (a
+// token already reviewed is judged by that review alone). Then
 // the interceptor reviews the token (one review per token at a time,
 // cached until it expires, at most a minute).
 package authn
@@ -126,12 +127,15 @@ func (g *Guard) Tap() tap.ServerInHandle {
 		if token == "" {
 			return ctx, g.refuse(codes.Unauthenticated, "%s needs a bearer token: a ServiceAccount token with audience %q", info.FullMethodName, g.audience)
 		}
+		// A reviewed token is judged by its review, cached no longer than
+		// the token is valid: reading and verifying it again per call
+		// would cost more than the call.
+		if v, ok := g.cache.Get(sha256.Sum256([]byte(token))); ok {
+			return ctx, g.decide(v.(review), info.FullMethodName)
+		}
 		claims, refusal := g.claims(token)
 		if refusal != "" {
 			return ctx, g.refuse(codes.Unauthenticated, "token refused for audience %q: %s", g.audience, refusal)
-		}
-		if v, ok := g.cache.Get(sha256.Sum256([]byte(token))); ok {
-			return ctx, g.decide(v.(review), info.FullMethodName)
 		}
 		budget := g.othersBudget
 		if slices.Contains(g.allowed, claims.Subject) {

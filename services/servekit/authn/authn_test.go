@@ -54,7 +54,7 @@ func mint(t testing.TB, subject string, lifetime time.Duration, audiences ...str
 
 // fakeReviews answers TokenReviews by the token's subject and counts them;
 // the subject "down" makes the API server unreachable.
-func fakeReviews(t *testing.T) (*Guard, *atomic.Int64) {
+func fakeReviews(t testing.TB) (*Guard, *atomic.Int64) {
 	t.Helper()
 	client := fake.NewClientset()
 	var calls atomic.Int64

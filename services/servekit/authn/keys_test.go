@@ -2,9 +2,11 @@ package authn
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -21,22 +23,34 @@ import (
 
 // clusterKey is a signing key the fake cluster publishes.
 type clusterKey struct {
-	key *ecdsa.PrivateKey
+	key crypto.Signer
+	alg jose.SignatureAlgorithm
 	id  string
 }
 
-func newClusterKey(t *testing.T, id string) clusterKey {
+func newClusterKey(t testing.TB, id string) clusterKey {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return clusterKey{key, id}
+	return clusterKey{key, jose.ES256, id}
 }
 
-func (k clusterKey) sign(t *testing.T, subject string) string {
+// newRSAClusterKey is the kind of key a kube-apiserver signs its
+// ServiceAccount tokens with by default (kubeadm's sa.key).
+func newRSAClusterKey(t testing.TB, id string) clusterKey {
 	t.Helper()
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: k.key}, (&jose.SignerOptions{}).WithHeader("kid", k.id))
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clusterKey{key, jose.RS256, id}
+}
+
+func (k clusterKey) sign(t testing.TB, subject string) string {
+	t.Helper()
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: k.alg, Key: k.key}, (&jose.SignerOptions{}).WithHeader("kid", k.id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +66,7 @@ func published(keys ...clusterKey) func(context.Context) ([]byte, error) {
 	return func(context.Context) ([]byte, error) {
 		var set jose.JSONWebKeySet
 		for _, k := range keys {
-			set.Keys = append(set.Keys, jose.JSONWebKey{Key: &k.key.PublicKey, KeyID: k.id, Algorithm: string(jose.ES256), Use: "sig"})
+			set.Keys = append(set.Keys, jose.JSONWebKey{Key: k.key.Public(), KeyID: k.id, Algorithm: string(k.alg), Use: "sig"})
 		}
 		return json.Marshal(set)
 	}
