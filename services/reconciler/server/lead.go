@@ -89,6 +89,14 @@ func (r *Reconciler) lead(ctx context.Context) {
 	}
 	var nodesRunning sync.WaitGroup
 	nodesRunning.Go(func() { nodes.Informer().RunWithContext(ctx) })
+	if pool.Tokens != nil {
+		// The leader renews the nodes' tokens ahead of use while it leads.
+		var renewing sync.WaitGroup
+		renewCtx, stopRenewing := context.WithCancel(ctx)
+		renewing.Go(func() { pool.Tokens.Run(renewCtx, r.o.Log) })
+		defer renewing.Wait()
+		defer stopRenewing()
+	}
 	dynFactory.Start(ctx.Done())
 	defer nodesRunning.Wait()
 	defer dynFactory.Shutdown()

@@ -65,7 +65,7 @@ type options struct {
 	fsync, keep, auth                    bool
 	idleWithoutStatusd                   bool
 	profiles, maxInTrial                 string
-	ceiling, idle, soak                  time.Duration
+	ceiling, idle, soak, tokensDue       time.Duration
 	reconcilerFlags                      []string
 }
 
@@ -95,6 +95,7 @@ func main() {
 	flag.DurationVar(&o.ceiling, "ceiling", 5*time.Second, "how long to measure the API server's Node write ceiling before the rollout (0: not measured)")
 	flag.DurationVar(&o.soak, "soak", defaultSoak, "the NodeConfig's spec.soakSeconds: shorter than the change, the first nodes' promotions run during it and take their share of its CPU")
 	flag.DurationVar(&o.idle, "idle", 10*time.Second, "how long to measure the CPU the settled fleet takes before the change (0: not measured)")
+	flag.DurationVar(&o.tokensDue, "tokens-due", 0, "the change as after a quiet hour: every node's token falls due for renewal this long after it was minted (the reconciler's --agent-token-renew-after), and the settled fleet idles that long and 5 s more before the change, past the agents' one-minute review cache too (0: the change follows the first rollout at once)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
@@ -113,6 +114,13 @@ func run(o options) (err error) {
 	n := o.nodes
 	if n < 1 || o.perProcess < 1 {
 		return errors.New("-nodes and -agents-per-process must be at least 1")
+	}
+	if o.tokensDue > 0 {
+		if o.tokensDue < time.Minute {
+			return fmt.Errorf("-tokens-due %v: at least 1m, the agents' review cache, so that every token is reviewed again", o.tokensDue)
+		}
+		o.reconcilerFlags = append(o.reconcilerFlags, "--agent-token-renew-after="+o.tokensDue.String())
+		o.idle = max(o.idle, o.tokensDue+5*time.Second)
 	}
 	// sel is the rollout's size: every figure of the change is per
 	// selected node.
@@ -386,6 +394,12 @@ func run(o options) (err error) {
 	}
 	fmt.Printf("  API writes for the change, to last-known-good: %.2f per node (%d in all; target <= 3)\n",
 		float64(writesAfter-writesBefore)/float64(sel), writesAfter-writesBefore)
+	minted, err := tokenRequests(filepath.Join(c.Dir, "audit.log"), start, start.Add(change.all()))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  TokenRequests during the change (the audit log's): %d, %.2f per node (minted on a call's path, or renewed ahead of use)\n",
+		minted, float64(minted)/float64(sel))
 	mem, err := memory(reconciler.Pid())
 	if err != nil {
 		return err
@@ -408,6 +422,9 @@ func run(o options) (err error) {
 	}
 	if o.soak != defaultSoak {
 		path += "/soak=" + o.soak.String()
+	}
+	if o.tokensDue > 0 {
+		path += "/tokens-due"
 	}
 	if sel < n {
 		path += "/selected=" + strconv.Itoa(sel)
@@ -714,6 +731,19 @@ func (w *activeWatch) waitPromoted(ctx context.Context, want string, timeout tim
 func report(what string, l latencies) {
 	fmt.Printf("  %s: all %d active in %v (per node p50 %v, p99 %v)\n", what, len(l),
 		l.all().Round(time.Millisecond), l.pct(50).Round(time.Millisecond), l.pct(99).Round(time.Millisecond))
+}
+
+// tokenRequests counts the TokenRequests the API server received from
+// from to to.
+func tokenRequests(auditLog string, from, to time.Time) (int, error) {
+	all, err := audit.TokenRequests(auditLog)
+	n := 0
+	for _, tr := range all {
+		if !tr.At.Before(from) && !tr.At.After(to) {
+			n++
+		}
+	}
+	return n, err
 }
 
 // settledWrites counts nodeconfig's API writes, lease renewals aside, once

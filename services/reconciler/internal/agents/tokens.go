@@ -3,6 +3,9 @@ package agents
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,38 +15,43 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/utils/lru"
 )
 
 // NodeTokens mints, for each node, a short-lived token of the reconciler's
 // own ServiceAccount whose audience names that node (the TokenRequest API),
 // so that a token captured on one node is refused by every other. A token
 // is reused until 80 % of its life has passed (or TokenOptions.RenewAfter,
-// if sooner), then replaced on next use.
+// if sooner), then replaced on next use. Run replaces each one before
+// that, in the background: a rollout after a quiet hour finds every node's
+// token valid, instead of minting thousands on its call path at the
+// client's rate limit.
 type NodeTokens struct {
 	accounts   corev1client.ServiceAccountInterface
 	account    string
 	audience   string // with {node}
 	lifetime   time.Duration
 	renewAfter time.Duration // 0: at 80 % of the life granted
+	maxNodes   int
 	now        func() time.Time
 
 	mu       sync.Mutex
-	tokens   *lru.Cache // node -> nodeToken
+	tokens   map[string]nodeToken // by node, at most maxNodes
 	inflight singleflight.Group
 	// header is the last tokens' JWT header, kept once for all (mu).
 	header string
 }
 
 type nodeToken struct {
-	token   compactToken
-	renewAt time.Time
+	token compactToken
+	// renewAt: replaced on use from then on; refreshAt, before it: replaced
+	// by Run from then on.
+	renewAt, refreshAt time.Time
 }
 
 // DefaultTokenLifetime is how long a node's token is valid unless
 // TokenOptions say otherwise. Its reach is one node, so its life is about
-// what the API server pays: at 5,000 nodes an hour is under two
-// TokenRequests a second.
+// what the API server pays: renewed at about 60 % of an hour, 5,000 nodes'
+// tokens are 2.3 TokenRequests a second.
 const DefaultTokenLifetime = time.Hour
 
 // MinTokenLifetime is the shortest life the API server grants: it refuses
@@ -83,7 +91,7 @@ func NewNodeTokens(accounts corev1client.ServiceAccountInterface, account, audie
 		return nil, fmt.Errorf("agent token renewal after %v: want 0 (at 80 %% of the life granted) or a duration under the lifetime (%v)", o.RenewAfter, o.Lifetime)
 	}
 	return &NodeTokens{accounts: accounts, account: account, audience: audience, lifetime: o.Lifetime, renewAfter: o.RenewAfter,
-		now: time.Now, tokens: lru.New(maxNodes)}, nil
+		maxNodes: maxNodes, now: time.Now, tokens: map[string]nodeToken{}}, nil
 }
 
 // Audience is the audience of node's tokens.
@@ -102,19 +110,35 @@ func (t *NodeTokens) Token(ctx context.Context, node string) (string, error) {
 }
 
 func (t *NodeTokens) token(ctx context.Context, node string) (compactToken, error) {
-	t.mu.Lock()
-	v, ok := t.tokens.Get(node)
-	t.mu.Unlock()
-	if ok && t.now().Before(v.(nodeToken).renewAt) {
-		return v.(nodeToken).token, nil
+	if tok, ok := t.fresh(node, onUse); ok {
+		return tok, nil
 	}
+	return t.mint(ctx, node, onUse, false)
+}
+
+// onUse and ahead are when a token falls due: for a call, for Run.
+func onUse(v nodeToken) time.Time { return v.renewAt }
+func ahead(v nodeToken) time.Time { return v.refreshAt }
+
+// fresh returns node's token if it is not yet due by due's clock.
+func (t *NodeTokens) fresh(node string, due func(nodeToken) time.Time) (compactToken, bool) {
+	t.mu.Lock()
+	v, ok := t.tokens[node]
+	t.mu.Unlock()
+	if ok && t.now().Before(due(v)) {
+		return v.token, true
+	}
+	return compactToken{}, false
+}
+
+// mint requests a new token for node unless, by then, one is fresh by
+// due's clock; concurrent callers for one node share one request. A
+// refresh does not bring back a node forgotten meanwhile.
+func (t *NodeTokens) mint(ctx context.Context, node string, due func(nodeToken) time.Time, refresh bool) (compactToken, error) {
 	tok, err, _ := t.inflight.Do(node, func() (any, error) {
-		// A request that finished since the look above already minted one.
-		t.mu.Lock()
-		v, ok := t.tokens.Get(node)
-		t.mu.Unlock()
-		if ok && t.now().Before(v.(nodeToken).renewAt) {
-			return v.(nodeToken).token, nil
+		// A request that finished since the caller's look already minted one.
+		if tok, ok := t.fresh(node, due); ok {
+			return tok, nil
 		}
 		// Detached from the first caller: the others wait on this request.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
@@ -138,7 +162,10 @@ func (t *NodeTokens) token(ctx context.Context, node string) (compactToken, erro
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		tok := compact(tr.Status.Token, &t.header)
-		t.tokens.Add(node, nodeToken{token: tok, renewAt: issued.Add(renew)})
+		if _, kept := t.tokens[node]; refresh && !kept {
+			return tok, nil
+		}
+		t.store(node, nodeToken{token: tok, renewAt: issued.Add(renew), refreshAt: issued.Add(refreshDelay(renew))})
 		return tok, nil
 	})
 	if err != nil {
@@ -147,11 +174,86 @@ func (t *NodeTokens) token(ctx context.Context, node string) (compactToken, erro
 	return tok.(compactToken), nil
 }
 
+// refreshDelay is when, of a token's time until renewal, Run replaces it:
+// anywhere from 60 % to 90 % of it, so that the thousands of tokens one
+// rollout mints fall due over a spell (a fifth of an hour for hour-long
+// tokens) rather than at once.
+func refreshDelay(renew time.Duration) time.Duration {
+	return renew*6/10 + rand.N(renew*3/10+1)
+}
+
+// store keeps v for node (mu held). Past maxNodes, the token closest to
+// renewal makes room: it is the cheapest to mint again.
+func (t *NodeTokens) store(node string, v nodeToken) {
+	if _, ok := t.tokens[node]; !ok && len(t.tokens) >= t.maxNodes {
+		var oldest string
+		for n, o := range t.tokens {
+			if oldest == "" || o.renewAt.Before(t.tokens[oldest].renewAt) {
+				oldest = n
+			}
+		}
+		delete(t.tokens, oldest)
+	}
+	t.tokens[node] = v
+}
+
+// refreshScan is how often Run looks for tokens due for replacement.
+const refreshScan = 5 * time.Second
+
+// Run replaces tokens in the background, each once its refresh time has
+// come, one request at a time (paced by the client's rate limit), until
+// ctx ends. A failure ends the pass: the next scan tries again.
+func (t *NodeTokens) Run(ctx context.Context, log *slog.Logger) {
+	tick := time.NewTicker(refreshScan)
+	defer tick.Stop()
+	var warned time.Time
+	for {
+		if err := t.refreshDue(ctx); err != nil && ctx.Err() == nil && time.Since(warned) >= time.Minute {
+			// Once a minute at most: an outage would otherwise say it every scan.
+			warned = time.Now()
+			log.Warn("cannot renew agent tokens ahead of use; each is renewed on use instead", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// refreshDue replaces the tokens whose refresh time has come, soonest
+// first, and stops at the first failure.
+func (t *NodeTokens) refreshDue(ctx context.Context) error {
+	now := t.now()
+	type due struct {
+		node string
+		at   time.Time
+	}
+	var all []due
+	t.mu.Lock()
+	for n, v := range t.tokens {
+		if !now.Before(v.refreshAt) {
+			all = append(all, due{n, v.refreshAt})
+		}
+	}
+	t.mu.Unlock()
+	slices.SortFunc(all, func(a, b due) int { return a.at.Compare(b.at) })
+	for _, d := range all {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if _, err := t.mint(ctx, d.node, ahead, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Forget drops a node's token (the node is gone).
 func (t *NodeTokens) Forget(node string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.tokens.Remove(node)
+	delete(t.tokens, node)
 }
 
 // For returns the per-call credentials of one node's connection.

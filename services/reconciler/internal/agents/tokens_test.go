@@ -154,3 +154,122 @@ func TestNodeTokensLifetimeAndRenewAfter(t *testing.T) {
 		t.Fatal("a token granted 10 minutes was still reused after 8")
 	}
 }
+
+// Run's pass replaces each token before it falls due on use, the tokens
+// of one rollout spread over a spell rather than at once, so a call after
+// a quiet hour never waits on a TokenRequest; a forgotten node's token is
+// not brought back, and a refused request ends the pass.
+func TestNodeTokensAreRenewedAheadOfUse(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	client, asked := tokenServer(t, &now, 0)
+	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "a/{node}", 64, TokenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens.now = func() time.Time { return now }
+	ctx := context.Background()
+	const nodes = 50
+	minted := map[string]string{}
+	for i := range nodes {
+		node := fmt.Sprintf("node-%d", i)
+		if minted[node], err = tokens.Token(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokens.Forget("node-0")
+	renew := DefaultTokenLifetime * 8 / 10 // when a token falls due on use
+	for _, step := range []struct {
+		at                   time.Duration
+		atLeast, atMost, sum int // requests of this pass; all so far
+	}{
+		{renew * 59 / 100, 0, 0, nodes},               // none is due yet
+		{renew * 75 / 100, 1, nodes - 2, -1},          // some, not all: spread
+		{renew * 91 / 100, 1, nodes - 2, 2*nodes - 1}, // the rest: each once, not node-0
+		{renew + time.Minute, 0, 0, 2*nodes - 1},      // the renewed ones are not due
+	} {
+		now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC).Add(step.at)
+		before := len(*asked)
+		if err := tokens.refreshDue(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(*asked) - before; n < step.atLeast || n > step.atMost || (step.sum >= 0 && len(*asked) != step.sum) {
+			t.Fatalf("at %v of the renewal time: %d requests (%d in all), want %d to %d (%d in all)",
+				step.at, n, len(*asked), step.atLeast, step.atMost, step.sum)
+		}
+	}
+	for node, first := range minted {
+		if node == "node-0" {
+			continue
+		}
+		tok, err := tokens.Token(ctx, node)
+		if err != nil || tok == first {
+			t.Fatalf("%s after its renewal time: %q, %v; want a token minted ahead of use", node, tok, err)
+		}
+	}
+	if len(*asked) != 2*nodes-1 {
+		t.Fatalf("%d requests: a call after the renewal time minted on its own path", len(*asked)-(2*nodes-1))
+	}
+
+	// An API server that refuses: one request per pass, not one per node.
+	client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		*asked = append(*asked, 0)
+		return true, nil, fmt.Errorf("serviceaccounts \"r\" is forbidden")
+	})
+	now = now.Add(renew)
+	before := len(*asked)
+	if err := tokens.refreshDue(ctx); err == nil || len(*asked) != before+1 {
+		t.Fatalf("refused: %v after %d requests, want the refusal after 1", err, len(*asked)-before)
+	}
+}
+
+// Past maxNodes, making room drops the token closest to its renewal.
+func TestNodeTokensKeepAtMostMaxNodes(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	client, asked := tokenServer(t, &now, 0)
+	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "a/{node}", 2, TokenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens.now = func() time.Time { return now }
+	ctx := context.Background()
+	for _, node := range []string{"a", "b", "c"} {
+		if _, err := tokens.Token(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Minute)
+	}
+	if len(tokens.tokens) != 2 {
+		t.Fatalf("%d tokens kept, want 2", len(tokens.tokens))
+	}
+	_, _ = tokens.Token(ctx, "b")
+	_, _ = tokens.Token(ctx, "c")
+	if len(*asked) != 3 {
+		t.Fatalf("%d requests: b's or c's token was dropped, not a's (the one closest to renewal)", len(*asked))
+	}
+}
+
+// A node deleted while its token is being renewed in the background stays
+// forgotten: the renewal does not bring its token back.
+func TestNodeTokensRenewalDoesNotBringBackAForgottenNode(t *testing.T) {
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	client, _ := tokenServer(t, &now, 0)
+	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "a/{node}", 16, TokenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens.now = func() time.Time { return now }
+	if _, err := tokens.Token(context.Background(), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	client.PrependReactor("create", "serviceaccounts", func(k8stesting.Action) (bool, runtime.Object, error) {
+		tokens.Forget("gone") // the Node is deleted during the request
+		return false, nil, nil
+	})
+	now = now.Add(DefaultTokenLifetime)
+	if err := tokens.refreshDue(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept := tokens.tokens["gone"]; kept {
+		t.Fatal("the renewal brought back the token of a node forgotten during it")
+	}
+}
