@@ -154,6 +154,9 @@ func (r *Reconciler) Register(g *grpc.Server, reg prometheus.Registerer) {
 	// One set of metrics for every leadership: a registry takes each
 	// collector once.
 	r.metrics = controller.NewMetrics(reg)
+	if r.pool.Tokens != nil && reg != nil {
+		r.pool.Tokens.Register(reg)
+	}
 	nodeconfigv1.RegisterReconcilerServiceServer(g, &grpcapi.Service{Nodes: r.nodes})
 }
 

@@ -361,6 +361,8 @@ func run(o options) (err error) {
 	if syncsAfter, err := readSyncs(metricsAddr); err == nil {
 		nodes, statuses := syncsAfter.nodes-syncsBefore.nodes, syncsAfter.nodeConfigs-syncsBefore.nodeConfigs
 		fmt.Printf("    node syncs: %.1f per node (%.0f in all); NodeConfig status syncs: %.0f\n", nodes/float64(sel), nodes, statuses)
+		fmt.Printf("    the reconciler's TokenRequests: %.0f on calls' paths, %.0f renewing ahead of use\n",
+			syncsAfter.tokensOnUse-syncsBefore.tokensOnUse, syncsAfter.tokensAhead-syncsBefore.tokensAhead)
 	}
 	// A soak shorter than the change puts the first nodes' promotions
 	// (their agents', the API server's and the reconciler's share) in it.
@@ -790,9 +792,11 @@ func runtimeMemory(page []byte) string {
 	return strings.Join(parts, ", ")
 }
 
-// syncCounts are the reconciler's syncs so far: a node sync asks the
-// node's agent, a NodeConfig sync counts its selected nodes' states.
-type syncCounts struct{ nodes, nodeConfigs float64 }
+// syncCounts are the reconciler's syncs so far (a node sync asks the
+// node's agent, a NodeConfig sync counts its selected nodes' states), and
+// its TokenRequests for the agents' tokens: on a call's path, and renewed
+// ahead in the background.
+type syncCounts struct{ nodes, nodeConfigs, tokensOnUse, tokensAhead float64 }
 
 func readSyncs(metricsAddr string) (syncCounts, error) {
 	var n syncCounts
@@ -804,6 +808,15 @@ func readSyncs(metricsAddr string) (syncCounts, error) {
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(page))
 	if err != nil {
 		return n, err
+	}
+	for _, m := range families["nodeconfig_agent_token_requests_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "when" && l.GetValue() == "on_use" {
+				n.tokensOnUse += m.GetCounter().GetValue()
+			} else if l.GetName() == "when" && l.GetValue() == "ahead" {
+				n.tokensAhead += m.GetCounter().GetValue()
+			}
+		}
 	}
 	for _, m := range families["nodeconfig_reconciler_syncs_total"].GetMetric() {
 		for _, l := range m.GetLabel() {

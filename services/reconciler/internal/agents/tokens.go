@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc/credentials"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -33,6 +34,8 @@ type NodeTokens struct {
 	renewAfter time.Duration // 0: at 80 % of the life granted
 	maxNodes   int
 	now        func() time.Time
+
+	requests *prometheus.CounterVec // by when: ahead, on_use
 
 	mu       sync.Mutex
 	tokens   map[string]nodeToken // by node, at most maxNodes
@@ -91,7 +94,17 @@ func NewNodeTokens(accounts corev1client.ServiceAccountInterface, account, audie
 		return nil, fmt.Errorf("agent token renewal after %v: want 0 (at 80 %% of the life granted) or a duration under the lifetime (%v)", o.RenewAfter, o.Lifetime)
 	}
 	return &NodeTokens{accounts: accounts, account: account, audience: audience, lifetime: o.Lifetime, renewAfter: o.RenewAfter,
-		maxNodes: maxNodes, now: time.Now, tokens: map[string]nodeToken{}}, nil
+		maxNodes: maxNodes, now: time.Now, tokens: map[string]nodeToken{},
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeconfig_agent_token_requests_total",
+			Help: "TokenRequests for the agents' per-node tokens, by when: ahead (renewed in the background) or on_use (on a call's path, none being valid: a rising count says the renewal ahead falls behind).",
+		}, []string{"when"}),
+	}, nil
+}
+
+// Register adds the TokenRequest counts to reg.
+func (t *NodeTokens) Register(reg prometheus.Registerer) {
+	reg.MustRegister(t.requests)
 }
 
 // Audience is the audience of node's tokens.
@@ -143,6 +156,11 @@ func (t *NodeTokens) mint(ctx context.Context, node string, due func(nodeToken) 
 		// Detached from the first caller: the others wait on this request.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 		defer cancel()
+		when := "on_use"
+		if refresh {
+			when = "ahead"
+		}
+		t.requests.WithLabelValues(when).Inc()
 		seconds := int64(t.lifetime / time.Second)
 		tr, err := t.accounts.CreateToken(ctx, t.account, &authenticationv1.TokenRequest{
 			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{t.Audience(node)}, ExpirationSeconds: &seconds},

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -208,6 +209,9 @@ func TestNodeTokensAreRenewedAheadOfUse(t *testing.T) {
 	}
 	if len(*asked) != 2*nodes-1 {
 		t.Fatalf("%d requests: a call after the renewal time minted on its own path", len(*asked)-(2*nodes-1))
+	}
+	if onUse, ahead := testutil.ToFloat64(tokens.requests.WithLabelValues("on_use")), testutil.ToFloat64(tokens.requests.WithLabelValues("ahead")); onUse != nodes || ahead != nodes-1 {
+		t.Fatalf("counted %v requests on use and %v ahead, want %d and %d", onUse, ahead, nodes, nodes-1)
 	}
 
 	// An API server that refuses: one request per pass, not one per node.
