@@ -1,8 +1,6 @@
 package authn
 
 import (
-	"context"
-	"log/slog"
 	"testing"
 
 	"google.golang.org/grpc/metadata"
@@ -14,11 +12,8 @@ import (
 // first: the token signed the way a kube-apiserver signs by default, the
 // cluster's keys known.
 func BenchmarkTapReviewedToken(b *testing.B) {
-	g, reviews := fakeReviews(b)
 	cluster := newRSAClusterKey(b, "cluster-1")
-	keys := NewKeySet(published(cluster), slog.Default())
-	keys.refresh(context.Background())
-	g.WithKeys(keys)
+	g, reviews := guardKnowing(b, cluster)
 	const method = "/nodeconfig.v1.CheckpointService/Activate"
 	token := cluster.sign(b, reconciler)
 	if err := g.check(over("tcp", token), method); err != nil {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,6 +63,15 @@ func (k clusterKey) sign(t testing.TB, subject string) string {
 	return tok
 }
 
+// guardKnowing is fakeReviews's guard with the cluster's keys read.
+func guardKnowing(t testing.TB, cluster clusterKey) (*Guard, *atomic.Int64) {
+	t.Helper()
+	g, reviews := fakeReviews(t)
+	keys := NewKeySet(published(cluster), slog.Default())
+	keys.refresh(context.Background())
+	return g.WithKeys(keys), reviews
+}
+
 func published(keys ...clusterKey) func(context.Context) ([]byte, error) {
 	return func(context.Context) ([]byte, error) {
 		var set jose.JSONWebKeySet
@@ -77,11 +87,8 @@ func published(keys ...clusterKey) func(context.Context) ([]byte, error) {
 // it spends neither a TokenReview nor the reconciler's review budget, so a
 // flood of them leaves room for the reconciler's own new token.
 func TestForgedTokensClaimingTheReconcilerSpendNoReviewBudget(t *testing.T) {
-	g, reviews := fakeReviews(t)
 	cluster := newClusterKey(t, "cluster-1")
-	keys := NewKeySet(published(cluster), slog.Default())
-	keys.refresh(context.Background())
-	g.WithKeys(keys)
+	g, reviews := guardKnowing(t, cluster)
 
 	forger := newClusterKey(t, "cluster-1") // claims the cluster's key id
 	for i := range 5 * reviewBurst {

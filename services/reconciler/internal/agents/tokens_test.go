@@ -102,6 +102,21 @@ func tokenServer(t *testing.T, now *time.Time, maxLife time.Duration) (*fake.Cli
 	return client, &asked
 }
 
+// clockedTokens are NodeTokens for the audience a/{node} from
+// tokenServer, on a clock the test moves (*now).
+func clockedTokens(t *testing.T, maxNodes int, o TokenOptions) (tokens *NodeTokens, client *fake.Clientset, asked *[]int64, now *time.Time) {
+	t.Helper()
+	now = new(time.Time)
+	*now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	client, asked = tokenServer(t, now, 0)
+	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "a/{node}", maxNodes, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens.now = func() time.Time { return *now }
+	return tokens, client, asked, now
+}
+
 // The lifetime asked for is the option's; one under the API server's
 // 10 minutes, or a renewal that is not before the lifetime, is refused at
 // start. RenewAfter replaces a token that long after it was minted, and
@@ -161,21 +176,17 @@ func TestNodeTokensLifetimeAndRenewAfter(t *testing.T) {
 // a quiet hour never waits on a TokenRequest; a forgotten node's token is
 // not brought back, and a refused request ends the pass.
 func TestNodeTokensAreRenewedAheadOfUse(t *testing.T) {
-	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	client, asked := tokenServer(t, &now, 0)
-	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "a/{node}", 64, TokenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens.now = func() time.Time { return now }
-	ctx := context.Background()
+	tokens, client, asked, now := clockedTokens(t, 64, TokenOptions{})
+	start, ctx := *now, context.Background()
 	const nodes = 50
 	minted := map[string]string{}
 	for i := range nodes {
 		node := fmt.Sprintf("node-%d", i)
-		if minted[node], err = tokens.Token(ctx, node); err != nil {
+		tok, err := tokens.Token(ctx, node)
+		if err != nil {
 			t.Fatal(err)
 		}
+		minted[node] = tok
 	}
 	tokens.Forget("node-0")
 	renew := DefaultTokenLifetime * 8 / 10 // when a token falls due on use
@@ -188,7 +199,7 @@ func TestNodeTokensAreRenewedAheadOfUse(t *testing.T) {
 		{renew * 91 / 100, 1, nodes - 2, 2*nodes - 1}, // the rest: each once, not node-0
 		{renew + time.Minute, 0, 0, 2*nodes - 1},      // the renewed ones are not due
 	} {
-		now = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC).Add(step.at)
+		*now = start.Add(step.at)
 		before := len(*asked)
 		if err := tokens.refreshDue(ctx); err != nil {
 			t.Fatal(err)
@@ -219,7 +230,7 @@ func TestNodeTokensAreRenewedAheadOfUse(t *testing.T) {
 		*asked = append(*asked, 0)
 		return true, nil, fmt.Errorf("serviceaccounts \"r\" is forbidden")
 	})
-	now = now.Add(renew)
+	*now = now.Add(renew)
 	before := len(*asked)
 	if err := tokens.refreshDue(ctx); err == nil || len(*asked) != before+1 {
 		t.Fatalf("refused: %v after %d requests, want the refusal after 1", err, len(*asked)-before)
@@ -228,19 +239,13 @@ func TestNodeTokensAreRenewedAheadOfUse(t *testing.T) {
 
 // Past maxNodes, making room drops the token closest to its renewal.
 func TestNodeTokensKeepAtMostMaxNodes(t *testing.T) {
-	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	client, asked := tokenServer(t, &now, 0)
-	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "a/{node}", 2, TokenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens.now = func() time.Time { return now }
+	tokens, _, asked, now := clockedTokens(t, 2, TokenOptions{})
 	ctx := context.Background()
 	for _, node := range []string{"a", "b", "c"} {
 		if _, err := tokens.Token(ctx, node); err != nil {
 			t.Fatal(err)
 		}
-		now = now.Add(time.Minute)
+		*now = now.Add(time.Minute)
 	}
 	if len(tokens.tokens) != 2 {
 		t.Fatalf("%d tokens kept, want 2", len(tokens.tokens))
@@ -255,13 +260,7 @@ func TestNodeTokensKeepAtMostMaxNodes(t *testing.T) {
 // A node deleted while its token is being renewed in the background stays
 // forgotten: the renewal does not bring its token back.
 func TestNodeTokensRenewalDoesNotBringBackAForgottenNode(t *testing.T) {
-	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	client, _ := tokenServer(t, &now, 0)
-	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("x"), "r", "a/{node}", 16, TokenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens.now = func() time.Time { return now }
+	tokens, client, _, now := clockedTokens(t, 16, TokenOptions{})
 	if _, err := tokens.Token(context.Background(), "gone"); err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +268,7 @@ func TestNodeTokensRenewalDoesNotBringBackAForgottenNode(t *testing.T) {
 		tokens.Forget("gone") // the Node is deleted during the request
 		return false, nil, nil
 	})
-	now = now.Add(DefaultTokenLifetime)
+	*now = now.Add(DefaultTokenLifetime)
 	if err := tokens.refreshDue(context.Background()); err != nil {
 		t.Fatal(err)
 	}
