@@ -116,6 +116,9 @@ func run(o options) (err error) {
 		return errors.New("-nodes and -agents-per-process must be at least 1")
 	}
 	if o.tokensDue > 0 {
+		if !o.auth {
+			return errors.New("-tokens-due needs -auth: without authentication there are no tokens")
+		}
 		if o.tokensDue < time.Minute {
 			return fmt.Errorf("-tokens-due %v: at least 1m, the agents' review cache, so that every token is reviewed again", o.tokensDue)
 		}
@@ -799,11 +802,16 @@ func runtimeMemory(page []byte) string {
 type syncCounts struct{ nodes, nodeConfigs, tokensOnUse, tokensAhead float64 }
 
 func readSyncs(metricsAddr string) (syncCounts, error) {
-	var n syncCounts
 	page, err := fetch("http://" + metricsAddr + "/metrics")
 	if err != nil {
-		return n, err
+		return syncCounts{}, err
 	}
+	return parseSyncs(page)
+}
+
+// parseSyncs reads syncCounts from the reconciler's /metrics page.
+func parseSyncs(page []byte) (syncCounts, error) {
+	var n syncCounts
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(page))
 	if err != nil {
@@ -811,9 +819,11 @@ func readSyncs(metricsAddr string) (syncCounts, error) {
 	}
 	for _, m := range families["nodeconfig_agent_token_requests_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
-			if l.GetName() == "when" && l.GetValue() == "on_use" {
+			switch {
+			case l.GetName() != "when":
+			case l.GetValue() == "on_use":
 				n.tokensOnUse += m.GetCounter().GetValue()
-			} else if l.GetName() == "when" && l.GetValue() == "ahead" {
+			case l.GetValue() == "ahead":
 				n.tokensAhead += m.GetCounter().GetValue()
 			}
 		}

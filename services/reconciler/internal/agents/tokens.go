@@ -93,13 +93,15 @@ func NewNodeTokens(accounts corev1client.ServiceAccountInterface, account, audie
 	if o.RenewAfter < 0 || o.RenewAfter >= o.Lifetime {
 		return nil, fmt.Errorf("agent token renewal after %v: want 0 (at 80 %% of the life granted) or a duration under the lifetime (%v)", o.RenewAfter, o.Lifetime)
 	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeconfig_agent_token_requests_total",
+		Help: "TokenRequests for the agents' per-node tokens, by when: ahead (renewed in the background) or on_use (on a call's path, none being valid: a rising count says the renewal ahead falls behind).",
+	}, []string{"when"})
+	// Both series from the start, at 0: a rate over them needs no first request.
+	requests.WithLabelValues("ahead")
+	requests.WithLabelValues("on_use")
 	return &NodeTokens{accounts: accounts, account: account, audience: audience, lifetime: o.Lifetime, renewAfter: o.RenewAfter,
-		maxNodes: maxNodes, now: time.Now, tokens: map[string]nodeToken{},
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodeconfig_agent_token_requests_total",
-			Help: "TokenRequests for the agents' per-node tokens, by when: ahead (renewed in the background) or on_use (on a call's path, none being valid: a rising count says the renewal ahead falls behind).",
-		}, []string{"when"}),
-	}, nil
+		maxNodes: maxNodes, now: time.Now, tokens: map[string]nodeToken{}, requests: requests}, nil
 }
 
 // Register adds the TokenRequest counts to reg.
