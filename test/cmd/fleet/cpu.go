@@ -13,19 +13,21 @@ import (
 	"github.com/prometheus/procfs"
 )
 
-// cpuUse is the CPU time (user and system, seconds) each part of the run
-// spent: the simulated nodes' agents with this harness, the API server,
-// etcd and the reconciler. On a real fleet each node's agents run on that
-// node; here every part shares this machine's cores, so a change cannot
-// finish before the CPU it takes is spread over them: that is its CPU
-// floor.
+// cpuUse is what each part of the run spent: the simulated nodes' agents
+// with this harness, the API server, etcd and the reconciler. On a real
+// fleet each node's agents run on that node; here every part shares this
+// machine's cores, so a change cannot finish before the CPU it takes is
+// spread over them: that is its CPU floor.
 type cpuUse struct {
-	agents, apiServer, etcd, reconciler float64
-	// harness is this process's share of agents when the agents run in
+	// cpu is each part's CPU time (user and system, seconds); system is
+	// the kernel's share of it and faults the minor page faults (first
+	// touches of memory the process was given or had returned), the costs
+	// a process's memory size can drive.
+	cpu, system, faults [parts]float64
+	// harness is this process's share of the agents' when they run in
 	// hosts of their own (-1 when it hosts them too): the measuring, which
 	// a real fleet does not pay.
 	harness float64
-	kernel  kernelUse
 }
 
 // cpuPids are the processes whose CPU time cpuUse sums.
@@ -34,7 +36,7 @@ type cpuPids struct {
 	apiServer, etcd, reconciler int
 }
 
-// The parts, as kernelUse indexes them.
+// The parts, as cpuUse indexes them.
 const (
 	partAgents = iota
 	partAPIServer
@@ -45,57 +47,57 @@ const (
 
 var partNames = [parts]string{"agents and harness", "API server", "etcd", "reconciler"}
 
-// readCPU reads each process's /proc stat once: its CPU time and, beside
-// it, the kernel's share and the minor page faults.
+// userHZ is the clock tick of /proc's times, as procfs's CPUTime takes it.
+const userHZ = 100
+
+// readCPU reads each process's /proc stat once.
 func readCPU(p cpuPids) (cpuUse, error) {
 	u := cpuUse{harness: -1}
-	read := func(part, pid int) (float64, error) {
-		proc, err := procfs.NewProc(pid)
-		if err != nil {
-			return 0, err
-		}
-		st, err := proc.Stat()
-		if err != nil {
-			return 0, fmt.Errorf("CPU time of process %d: %w", pid, err)
-		}
-		u.kernel.system[part] += float64(st.STime) / userHZ
-		u.kernel.faults[part] += float64(st.MinFlt)
-		return st.CPUTime(), nil
-	}
-	for _, pid := range p.agents {
-		s, err := read(partAgents, pid)
-		if err != nil {
-			return u, err
-		}
-		u.agents += s
-		if pid == os.Getpid() && len(p.agents) > 1 {
-			u.harness = s
-		}
-	}
-	var err error
-	for _, other := range []struct {
-		part, pid int
-		to        *float64
-	}{{partAPIServer, p.apiServer, &u.apiServer}, {partEtcd, p.etcd, &u.etcd}, {partReconciler, p.reconciler, &u.reconciler}} {
-		if *other.to, err = read(other.part, other.pid); err != nil {
-			return u, err
+	for part, pids := range [parts][]int{p.agents, {p.apiServer}, {p.etcd}, {p.reconciler}} {
+		for _, pid := range pids {
+			proc, err := procfs.NewProc(pid)
+			if err != nil {
+				return u, err
+			}
+			st, err := proc.Stat()
+			if err != nil {
+				return u, fmt.Errorf("CPU time of process %d: %w", pid, err)
+			}
+			u.cpu[part] += st.CPUTime()
+			u.system[part] += float64(st.STime) / userHZ
+			u.faults[part] += float64(st.MinFlt)
+			if pid == os.Getpid() && len(p.agents) > 1 {
+				u.harness = st.CPUTime()
+			}
 		}
 	}
 	return u, nil
 }
 
 func (u cpuUse) minus(before cpuUse) cpuUse {
-	d := cpuUse{agents: u.agents - before.agents, apiServer: u.apiServer - before.apiServer,
-		etcd: u.etcd - before.etcd, reconciler: u.reconciler - before.reconciler, harness: -1,
-		kernel: u.kernel.minus(before.kernel)}
-	if u.harness >= 0 && before.harness >= 0 {
-		d.harness = u.harness - before.harness
+	for i := range parts {
+		u.cpu[i] -= before.cpu[i]
+		u.system[i] -= before.system[i]
+		u.faults[i] -= before.faults[i]
 	}
-	return d
+	if u.harness >= 0 && before.harness >= 0 {
+		u.harness -= before.harness
+	} else {
+		u.harness = -1
+	}
+	return u
 }
 
-func (u cpuUse) total() float64        { return u.agents + u.apiServer + u.etcd + u.reconciler }
-func (u cpuUse) controlPlane() float64 { return u.apiServer + u.etcd + u.reconciler }
+func (u cpuUse) agents() float64       { return u.cpu[partAgents] }
+func (u cpuUse) controlPlane() float64 { return u.total() - u.agents() }
+
+func (u cpuUse) total() float64 {
+	var t float64
+	for _, s := range u.cpu {
+		t += s
+	}
+	return t
+}
 
 // floor is the time the CPU taken needs on this machine's cores.
 func (u cpuUse) floor() float64 { return u.total() / float64(runtime.NumCPU()) }
@@ -106,7 +108,16 @@ func (u cpuUse) String() string {
 		harness = fmt.Sprintf(" (this harness %.1f s of it)", u.harness)
 	}
 	return fmt.Sprintf("agents and harness %.1f s%s, API server %.1f s, etcd %.1f s, reconciler %.1f s: %.1f s on %d cores, at least %.2f s",
-		u.agents, harness, u.apiServer, u.etcd, u.reconciler, u.total(), runtime.NumCPU(), u.floor())
+		u.cpu[partAgents], harness, u.cpu[partAPIServer], u.cpu[partEtcd], u.cpu[partReconciler], u.total(), runtime.NumCPU(), u.floor())
+}
+
+// kernel says, per part, the kernel's share and the minor page faults.
+func (u cpuUse) kernel() string {
+	var out []string
+	for i, name := range partNames {
+		out = append(out, fmt.Sprintf("%s %.1f s, %.0f faults", name, u.system[i], u.faults[i]))
+	}
+	return strings.Join(out, "; ")
 }
 
 func fleetPids(hosts *agentHosts, apiServer, etcd, reconciler int) cpuPids {
@@ -151,7 +162,7 @@ type idleUse struct {
 func (u idleUse) String() string {
 	per := func(v float64) float64 { return v / u.seconds }
 	return fmt.Sprintf("agents and harness %.2f s, API server %.2f s, etcd %.2f s, reconciler %.2f s",
-		per(u.agents), per(u.apiServer), per(u.etcd), per(u.reconciler))
+		per(u.cpu[partAgents]), per(u.cpu[partAPIServer]), per(u.cpu[partEtcd]), per(u.cpu[partReconciler]))
 }
 
 // startCPUProfile profiles this process into path (its directory made if
@@ -172,28 +183,4 @@ func startCPUProfile(path string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		_ = out.Close()
 	}, nil
-}
-
-// kernelUse is what the kernel did for each part: system CPU seconds and
-// minor page faults (first touches of memory the process was given or
-// had returned), the costs a process's memory size can drive.
-type kernelUse struct{ system, faults [parts]float64 }
-
-// userHZ is the clock tick of /proc's times, as procfs's CPUTime takes it.
-const userHZ = 100
-
-func (k kernelUse) minus(before kernelUse) kernelUse {
-	for i := range k.system {
-		k.system[i] -= before.system[i]
-		k.faults[i] -= before.faults[i]
-	}
-	return k
-}
-
-func (k kernelUse) String() string {
-	var out []string
-	for i, name := range partNames {
-		out = append(out, fmt.Sprintf("%s %.1f s, %.0f faults", name, k.system[i], k.faults[i]))
-	}
-	return strings.Join(out, "; ")
 }

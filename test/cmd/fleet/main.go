@@ -372,7 +372,7 @@ func run(o options) (err error) {
 	fmt.Printf("    promoted during it: %d of %d nodes (soak %v)\n", promotedDuring, sel, o.soak)
 	cpu := cpuAfter.minus(cpuBefore)
 	fmt.Printf("    CPU it took: %v (all active in %.2f x that)\n", cpu, change.all().Seconds()/cpu.floor())
-	fmt.Printf("    of it in the kernel, with the minor page faults: %v\n", cpu.kernel)
+	fmt.Printf("    of it in the kernel, with the minor page faults: %s\n", cpu.kernel())
 	// One statusd write a node shows the new config active: the fleet's
 	// change takes at least sel of them at the ceiling.
 	var floor float64
@@ -444,7 +444,7 @@ func run(o options) (err error) {
 		line += fmt.Sprintf(" %.0f api-writes/s %.2f floor-s %.2f ratio-to-floor", ceiling, floor, change.all().Seconds()/floor)
 	}
 	fmt.Printf("%s %.2f s-per-1000-nodes %.2f cpu-floor-s %.1f agents-cpu-s %.1f control-plane-cpu-s\n",
-		line, perThousand, cpu.floor(), cpu.agents, cpu.controlPlane())
+		line, perThousand, cpu.floor(), cpu.agents(), cpu.controlPlane())
 	return nil
 }
 
