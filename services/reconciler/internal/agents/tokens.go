@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
@@ -32,17 +33,24 @@ type NodeTokens struct {
 	audience   string // with {node}
 	lifetime   time.Duration
 	renewAfter time.Duration // 0: at 80 % of the life granted
-	maxNodes   int
 	now        func() time.Time
 
 	requests *prometheus.CounterVec // by when: ahead, on_use
 
+	// tokens holds each node's nodeToken until it expires, the least
+	// recently used dropped past the most nodes kept.
+	tokens *cache.LRUExpireCache
+	// mu makes a renewal's look for its node and its store one step
+	// against Forget, and guards header.
 	mu       sync.Mutex
-	tokens   map[string]nodeToken // by node, at most maxNodes
 	inflight singleflight.Group
 	// header is the last tokens' JWT header, kept once for all (mu).
 	header string
 }
+
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
 
 type nodeToken struct {
 	token compactToken
@@ -100,8 +108,10 @@ func NewNodeTokens(accounts corev1client.ServiceAccountInterface, account, audie
 	// Both series from the start, at 0: a rate over them needs no first request.
 	requests.WithLabelValues("ahead")
 	requests.WithLabelValues("on_use")
-	return &NodeTokens{accounts: accounts, account: account, audience: audience, lifetime: o.Lifetime, renewAfter: o.RenewAfter,
-		maxNodes: maxNodes, now: time.Now, tokens: map[string]nodeToken{}, requests: requests}, nil
+	t := &NodeTokens{accounts: accounts, account: account, audience: audience, lifetime: o.Lifetime, renewAfter: o.RenewAfter,
+		now: time.Now, requests: requests}
+	t.tokens = cache.NewLRUExpireCacheWithClock(maxNodes, clockFunc(func() time.Time { return t.now() }))
+	return t, nil
 }
 
 // Register adds the TokenRequest counts to reg.
@@ -125,41 +135,41 @@ func (t *NodeTokens) Token(ctx context.Context, node string) (string, error) {
 }
 
 func (t *NodeTokens) token(ctx context.Context, node string) (compactToken, error) {
-	if tok, ok := t.fresh(node, onUse); ok {
+	if tok, ok := t.fresh(node, false); ok {
 		return tok, nil
 	}
-	return t.mint(ctx, node, onUse, false)
+	return t.mint(ctx, node, false)
 }
 
-// onUse and ahead are when a token falls due: for a call, for Run.
-func onUse(v nodeToken) time.Time { return v.renewAt }
-func ahead(v nodeToken) time.Time { return v.refreshAt }
-
-// fresh returns node's token if it is not yet due by due's clock.
-func (t *NodeTokens) fresh(node string, due func(nodeToken) time.Time) (compactToken, bool) {
-	t.mu.Lock()
-	v, ok := t.tokens[node]
-	t.mu.Unlock()
-	if ok && t.now().Before(due(v)) {
-		return v.token, true
+// fresh returns node's token if it is not yet due: for a call, or ahead,
+// for Run.
+func (t *NodeTokens) fresh(node string, ahead bool) (compactToken, bool) {
+	v, ok := t.tokens.Get(node)
+	if !ok {
+		return compactToken{}, false
 	}
-	return compactToken{}, false
+	tok := v.(nodeToken)
+	due := tok.renewAt
+	if ahead {
+		due = tok.refreshAt
+	}
+	return tok.token, t.now().Before(due)
 }
 
-// mint requests a new token for node unless, by then, one is fresh by
-// due's clock; concurrent callers for one node share one request. A
-// refresh does not bring back a node forgotten meanwhile.
-func (t *NodeTokens) mint(ctx context.Context, node string, due func(nodeToken) time.Time, refresh bool) (compactToken, error) {
+// mint requests a new token for node unless, by then, one is fresh;
+// concurrent callers for one node share one request. A renewal ahead does
+// not bring back a node forgotten meanwhile.
+func (t *NodeTokens) mint(ctx context.Context, node string, ahead bool) (compactToken, error) {
 	tok, err, _ := t.inflight.Do(node, func() (any, error) {
 		// A request that finished since the caller's look already minted one.
-		if tok, ok := t.fresh(node, due); ok {
+		if tok, ok := t.fresh(node, ahead); ok {
 			return tok, nil
 		}
 		// Detached from the first caller: the others wait on this request.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 		defer cancel()
 		when := "on_use"
-		if refresh {
+		if ahead {
 			when = "ahead"
 		}
 		t.requests.WithLabelValues(when).Inc()
@@ -182,10 +192,10 @@ func (t *NodeTokens) mint(ctx context.Context, node string, due func(nodeToken) 
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		tok := compact(tr.Status.Token, &t.header)
-		if _, kept := t.tokens[node]; refresh && !kept {
+		if _, kept := t.tokens.Get(node); ahead && !kept {
 			return tok, nil
 		}
-		t.store(node, nodeToken{token: tok, renewAt: issued.Add(renew), refreshAt: issued.Add(refreshDelay(renew))})
+		t.tokens.Add(node, nodeToken{token: tok, renewAt: issued.Add(renew), refreshAt: issued.Add(refreshDelay(renew))}, life)
 		return tok, nil
 	})
 	if err != nil {
@@ -200,21 +210,6 @@ func (t *NodeTokens) mint(ctx context.Context, node string, due func(nodeToken) 
 // tokens) rather than at once.
 func refreshDelay(renew time.Duration) time.Duration {
 	return renew*6/10 + rand.N(renew*3/10+1)
-}
-
-// store keeps v for node (mu held). Past maxNodes, the token closest to
-// renewal makes room: it is the cheapest to mint again.
-func (t *NodeTokens) store(node string, v nodeToken) {
-	if _, ok := t.tokens[node]; !ok && len(t.tokens) >= t.maxNodes {
-		var oldest string
-		for n, o := range t.tokens {
-			if oldest == "" || o.renewAt.Before(t.tokens[oldest].renewAt) {
-				oldest = n
-			}
-		}
-		delete(t.tokens, oldest)
-	}
-	t.tokens[node] = v
 }
 
 // refreshScan is how often Run looks for tokens due for replacement.
@@ -250,19 +245,17 @@ func (t *NodeTokens) refreshDue(ctx context.Context) error {
 		at   time.Time
 	}
 	var all []due
-	t.mu.Lock()
-	for n, v := range t.tokens {
-		if !now.Before(v.refreshAt) {
-			all = append(all, due{n, v.refreshAt})
+	for _, n := range t.tokens.Keys() {
+		if v, ok := t.tokens.Get(n); ok && !now.Before(v.(nodeToken).refreshAt) {
+			all = append(all, due{n.(string), v.(nodeToken).refreshAt})
 		}
 	}
-	t.mu.Unlock()
 	slices.SortFunc(all, func(a, b due) int { return a.at.Compare(b.at) })
 	for _, d := range all {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if _, err := t.mint(ctx, d.node, ahead, true); err != nil {
+		if _, err := t.mint(ctx, d.node, true); err != nil {
 			return err
 		}
 	}
@@ -273,7 +266,7 @@ func (t *NodeTokens) refreshDue(ctx context.Context) error {
 func (t *NodeTokens) Forget(node string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.tokens, node)
+	t.tokens.Remove(node)
 }
 
 // For returns the per-call credentials of one node's connection.

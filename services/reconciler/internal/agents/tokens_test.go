@@ -237,7 +237,7 @@ func TestNodeTokensAreRenewedAheadOfUse(t *testing.T) {
 	}
 }
 
-// Past maxNodes, making room drops the token closest to its renewal.
+// Past maxNodes, making room drops the least recently used token.
 func TestNodeTokensKeepAtMostMaxNodes(t *testing.T) {
 	tokens, _, asked, now := clockedTokens(t, 2, TokenOptions{})
 	ctx := context.Background()
@@ -247,13 +247,13 @@ func TestNodeTokensKeepAtMostMaxNodes(t *testing.T) {
 		}
 		*now = now.Add(time.Minute)
 	}
-	if len(tokens.tokens) != 2 {
-		t.Fatalf("%d tokens kept, want 2", len(tokens.tokens))
+	if kept := len(tokens.tokens.Keys()); kept != 2 {
+		t.Fatalf("%d tokens kept, want 2", kept)
 	}
 	_, _ = tokens.Token(ctx, "b")
 	_, _ = tokens.Token(ctx, "c")
 	if len(*asked) != 3 {
-		t.Fatalf("%d requests: b's or c's token was dropped, not a's (the one closest to renewal)", len(*asked))
+		t.Fatalf("%d requests: b's or c's token was dropped, not a's (the least recently used)", len(*asked))
 	}
 }
 
@@ -272,7 +272,7 @@ func TestNodeTokensRenewalDoesNotBringBackAForgottenNode(t *testing.T) {
 	if err := tokens.refreshDue(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, kept := tokens.tokens["gone"]; kept {
+	if _, kept := tokens.tokens.Get("gone"); kept {
 		t.Fatal("the renewal brought back the token of a node forgotten during it")
 	}
 }
