@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"nodeconfig.io/services/servekit"
+	"nodeconfig.io/services/servekit/kubeapi"
 )
 
 func main() {
@@ -21,7 +22,7 @@ type options struct {
 	// The store, and the file it keeps in line with the active record.
 	stateDir, targetDir, targetFile string
 	kubeletConfig                   string
-	kubeconfig                      string
+	kube                            kubeapi.Flags // only its kubeconfig is a flag
 	maxWatchers                     int
 	gcInterval, gcMinAge            time.Duration
 	noFsync                         bool
@@ -37,7 +38,7 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxWatchers, "max-watchers", 64, "most concurrent WatchRecords streams")
 	fs.DurationVar(&o.gcInterval, "gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
 	fs.DurationVar(&o.gcMinAge, "gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig for TokenReview with --auth=token; empty means in-cluster config")
+	fs.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "kubeconfig for TokenReview with --auth=token; empty means in-cluster config")
 	fs.BoolVar(&o.noFsync, "unsafe-no-fsync", false, "skip fsync of the store (tests and benchmarks only: a crash can lose writes)")
 	o.consumer.register(fs)
 }

@@ -7,7 +7,6 @@ import (
 
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
-	"k8s.io/client-go/tools/clientcmd"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/server"
@@ -19,14 +18,15 @@ import (
 func (o *options) Run(p *servekit.Process) error {
 	if p.NeedsCluster() {
 		// Only reviews of its callers: the store never talks to the API server.
-		restCfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
-		if err != nil {
-			return fmt.Errorf("kubernetes client config for --auth=token: %w", err)
-		}
-		restCfg.UserAgent = "nodeconfig-checkpointd"
 		// Its own budget and deadline: reviews are already capped by the
 		// guard, and a slow API server must not hold calls open.
-		restCfg.QPS, restCfg.Burst, restCfg.Timeout = 10, 20, 10*time.Second
+		kube := o.kube
+		kube.QPS, kube.Burst = 10, 20
+		restCfg, err := kube.Config("nodeconfig-checkpointd")
+		if err != nil {
+			return fmt.Errorf("for --auth=token: %w", err)
+		}
+		restCfg.Timeout = 10 * time.Second
 		authn, err := authenticationv1client.NewForConfig(restCfg)
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"nodeconfig.io/services/reconciler/internal/controller"
 	"nodeconfig.io/services/reconciler/server"
 	"nodeconfig.io/services/servekit"
+	"nodeconfig.io/services/servekit/kubeapi"
 )
 
 func main() {
@@ -27,7 +28,7 @@ func main() {
 
 // options are the reconciler's own flags.
 type options struct {
-	kubeconfig string
+	kube kubeapi.Flags
 	// The reconciler but for its clients and logger, which Run adds.
 	server      server.Options
 	leaderElect bool
@@ -37,7 +38,7 @@ type options struct {
 // Register implements servekit.Service.
 func (o *options) Register(fs *flag.FlagSet) {
 	a, le := &o.server.Agents, &o.election
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster config")
+	o.kube.Register(fs, 500, 1000, "a new leader mints a token for each node's agent, at most --workers at once")
 	static := agentAddresses{}
 	a.Addresses = static
 	fs.Var(static, "agent-address", "a node's checkpointd as NODE=HOST:PORT or NODE=unix:///path (repeatable; local runs and tests)")

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/tools/clientcmd"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/reconciler/server"
@@ -17,12 +15,10 @@ import (
 // Run builds the reconciler from its flags and serves it until SIGTERM or
 // SIGINT, or until its leader election stops (servekit.Service).
 func (o *options) Run(p *servekit.Process) error {
-	restCfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	restCfg, err := o.kube.Config("nodeconfig-reconciler")
 	if err != nil {
-		return fmt.Errorf("kubernetes client config: %w", err)
+		return err
 	}
-	restCfg.UserAgent = "nodeconfig-reconciler"
-	restCfg.QPS, restCfg.Burst = 100, 200
 	kube, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return err

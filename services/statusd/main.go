@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"nodeconfig.io/services/servekit"
+	"nodeconfig.io/services/servekit/kubeapi"
 	"nodeconfig.io/services/statusd/internal/nodesync"
 )
 
@@ -20,19 +21,16 @@ func main() {
 
 // options are statusd's own flags.
 type options struct {
-	kubeconfig, nodeName, checkpointd, stateFile string
-	syncPeriod                                   time.Duration
-	qps                                          float64
-	burst                                        int
+	kube                             kubeapi.Flags
+	nodeName, checkpointd, stateFile string
+	syncPeriod                       time.Duration
 }
 
 // Register implements servekit.Service.
 func (o *options) Register(fs *flag.FlagSet) {
-	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means in-cluster config")
+	o.kube.Register(fs, 20, 40, "client-go's default of 5 delays status bursts")
 	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "the Node this statusd patches (default $NODE_NAME)")
 	fs.StringVar(&o.checkpointd, "checkpointd", "127.0.0.1:7601", "checkpointd gRPC target (host:port or unix:///path)")
 	fs.StringVar(&o.stateFile, "state-file", "/var/lib/nodeconfig/statusd-reports.json", "where reported setter outputs are kept across restarts")
 	fs.DurationVar(&o.syncPeriod, "sync-period", nodesync.DefaultSyncPeriod, "mean period of the full status sync (jittered by 4%), a safety net: every change of its inputs syncs at once")
-	fs.Float64Var(&o.qps, "kube-api-qps", 20, "most API requests per second (client-side limit; client-go's default of 5 delays status bursts)")
-	fs.IntVar(&o.burst, "kube-api-burst", 40, "API requests allowed in a burst above --kube-api-qps")
 }

@@ -7,7 +7,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/servekit"
@@ -20,12 +19,10 @@ func (o *options) Run(p *servekit.Process) error {
 	if o.nodeName == "" {
 		return fmt.Errorf("--node-name is required (or set NODE_NAME)")
 	}
-	restCfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	restCfg, err := o.kube.Config("nodeconfig-statusd/" + o.nodeName)
 	if err != nil {
-		return fmt.Errorf("kubernetes client config: %w", err)
+		return err
 	}
-	restCfg.UserAgent = "nodeconfig-statusd/" + o.nodeName
-	restCfg.QPS, restCfg.Burst = float32(o.qps), o.burst
 	client, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return err
