@@ -114,7 +114,7 @@ RACE_E2E := TestFleetMaxInTrialNeverExceeded|TestFleetMaxFailuresHaltsAfterFirst
 
 test: lint build build-race testbin nodebin node-packages images ## lint, then every unit and integration test, the race pass, the real node, and one pass of each benchmark
 	go test -run '^$$' -bench . -benchtime 1x nodeconfig.io/services/... nodeconfig.io/test/e2e
-	go run nodeconfig.io/test/cmd/fleet -nodes 20
+	go run nodeconfig.io/test/cmd/fleet -nodes 20 -cold-reviews=false
 	go test $(TEST_FLAGS) $$(go list $(PACKAGES) | grep -v /test/realnode)
 	@# The race pass: the services' unit tests, then e2e tests driving binaries built with -race
 	@# (a race report in any of their logs fails the test).

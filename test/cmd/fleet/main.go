@@ -62,7 +62,7 @@ const defaultSoak = 20 * time.Second
 // options are the command's flags.
 type options struct {
 	nodes, selected, workers, perProcess int
-	fsync, keep, auth                    bool
+	fsync, keep, auth, coldReviews       bool
 	idleWithoutStatusd                   bool
 	profiles, maxInTrial                 string
 	ceiling, idle, soak, tokensDue       time.Duration
@@ -95,6 +95,7 @@ func main() {
 	flag.DurationVar(&o.ceiling, "ceiling", 5*time.Second, "how long to measure the API server's Node write ceiling before the rollout (0: not measured)")
 	flag.DurationVar(&o.soak, "soak", defaultSoak, "the NodeConfig's spec.soakSeconds: shorter than the change, the first nodes' promotions run during it and take their share of its CPU")
 	flag.DurationVar(&o.idle, "idle", 10*time.Second, "how long to measure the CPU the settled fleet takes before the change (0: not measured)")
+	flag.BoolVar(&o.coldReviews, "cold-reviews", true, "with -auth, the change waits until every agent's cached review of its token has expired (a minute after the last TokenReview in the audit log), as after any quiet spell, so that fleets of every size run it alike; false: it follows the first rollout's promotion and the idle measurement at once")
 	flag.DurationVar(&o.tokensDue, "tokens-due", 0, "the change as after a quiet hour: every node's token falls due for renewal this long after it was minted (the reconciler's --agent-token-renew-after), and the settled fleet idles that long and 5 s more before the change, past the agents' one-minute review cache too (0: the change follows the first rollout at once)")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -311,6 +312,18 @@ func run(o options) (err error) {
 		}
 		fmt.Printf("  idle before the change, CPU per second over %v: %v\n", o.idle, idle)
 	}
+	if o.auth && o.coldReviews {
+		// A change seldom comes within a minute of the last one: every
+		// agent then reviews the reconciler's token again, at every size.
+		reviews, err := tokenReviews(filepath.Join(c.Dir, "audit.log"))
+		if err != nil {
+			return err
+		}
+		if wait := time.Until(reviews.cachedUntil().Add(5 * time.Second)); wait > 0 {
+			fmt.Printf("  waiting %v, until every agent's cached review has expired\n", wait.Round(time.Second))
+			time.Sleep(wait)
+		}
+	}
 	var stopProfiles func() error
 	if o.profiles != "" {
 		self := "agents.cpu.pprof"
@@ -405,6 +418,13 @@ func run(o options) (err error) {
 	}
 	fmt.Printf("  TokenRequests during the change (the audit log's): %d, %.2f per node (minted on a call's path, or renewed ahead of use)\n",
 		minted, float64(minted)/float64(sel))
+	reviews, err := tokenReviews(filepath.Join(c.Dir, "audit.log"))
+	if err != nil {
+		return err
+	}
+	reviewed := reviews.between(start, start.Add(change.all()))
+	fmt.Printf("  TokenReviews during the change (the audit log's): %d, %.2f per node (an agent reviews a token whose review it has not cached, for a minute)\n",
+		reviewed, float64(reviewed)/float64(sel))
 	mem, err := memory(reconciler.Pid())
 	if err != nil {
 		return err
@@ -749,6 +769,48 @@ func tokenRequests(auditLog string, from, to time.Time) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// reviewCacheTTL is how long an agent keeps a review's answer
+// (servekit/authn).
+const reviewCacheTTL = time.Minute
+
+// reviewTimes are when the API server received TokenReviews: the agents'
+// reviews of the reconciler's tokens, in the audit log's order.
+type reviewTimes []time.Time
+
+func tokenReviews(auditLog string) (reviewTimes, error) {
+	var at reviewTimes
+	_, err := audit.Count(auditLog, func(e audit.Event) bool {
+		if e.Verb == "create" && e.ObjectRef.Resource == "tokenreviews" {
+			at = append(at, e.RequestReceived)
+		}
+		return false
+	})
+	return at, err
+}
+
+// between counts the reviews from from to to.
+func (r reviewTimes) between(from, to time.Time) int {
+	n := 0
+	for _, t := range r {
+		if !t.Before(from) && !t.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// cachedUntil is when the last review's answer leaves its agent's cache:
+// a change after it finds every agent reviewing its token again.
+func (r reviewTimes) cachedUntil() time.Time {
+	var last time.Time
+	for _, t := range r {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last.Add(reviewCacheTTL)
 }
 
 // settledWrites counts nodeconfig's API writes, lease renewals aside, once
