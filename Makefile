@@ -129,7 +129,7 @@ test: lint build build-race testbin nodebin node-packages images ## lint, then e
 BENCH_OUT := docs/bench/latest.txt
 BENCH_RUN  = echo "\# run: $(1) on $$(date -u '+%Y-%m-%d %H:%M UTC') at $$(git describe --always --dirty)"
 
-bench: build testbin nodebin node-packages images ## every performance figure into docs/bench/latest.txt, then the table of docs/performance.md from it (about 11 min)
+bench: build testbin nodebin node-packages images ## every performance figure into docs/bench/latest.txt, then the table of docs/performance.md from it (about 12 min)
 	@mkdir -p $(dir $(BENCH_OUT))
 	@$(call BENCH_RUN,make bench) > $(BENCH_OUT)
 	go test -run '^$$' -bench . -benchtime $(BENCHTIME) nodeconfig.io/services/... | tee -a $(BENCH_OUT)

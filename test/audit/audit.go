@@ -52,24 +52,33 @@ func Unstored(e Event) bool {
 
 // Count returns how many completed requests match.
 func Count(path string, match func(Event) bool) (int, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
 	n := 0
-	sc := bufio.NewScanner(f)
+	err := Each(path, func(e Event) {
+		if match(e) {
+			n++
+		}
+	})
+	return n, err
+}
+
+// Each calls f with every completed request in the audit log at path, in
+// the log's order.
+func Each(path string, f func(Event)) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	sc := bufio.NewScanner(file)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var e Event
 		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseComplete" {
 			continue
 		}
-		if match(e) {
-			n++
-		}
+		f(e)
 	}
-	return n, sc.Err()
+	return sc.Err()
 }
 
 // Writes matches create/update/patch/delete requests on one object by a
@@ -237,19 +246,10 @@ type TokenRequest struct {
 // test/cluster's does for TokenRequests alone (the response, which holds
 // the token, is never logged).
 func TokenRequests(path string) ([]TokenRequest, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var out []TokenRequest
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		var e Event
-		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseComplete" || e.Verb != "create" ||
-			e.ObjectRef.Resource != "serviceaccounts" || e.ObjectRef.Subresource != "token" {
-			continue
+	err := Each(path, func(e Event) {
+		if e.Verb != "create" || e.ObjectRef.Resource != "serviceaccounts" || e.ObjectRef.Subresource != "token" {
+			return
 		}
 		tr := TokenRequest{At: e.RequestReceived, Account: e.ObjectRef.Namespace + "/" + e.ObjectRef.Name, UserAgent: e.UserAgent, Code: e.ResponseStatus.Code}
 		var body struct {
@@ -261,6 +261,6 @@ func TokenRequests(path string) ([]TokenRequest, error) {
 			tr.Audiences = body.Spec.Audiences
 		}
 		out = append(out, tr)
-	}
-	return out, sc.Err()
+	})
+	return out, err
 }

@@ -423,7 +423,7 @@ func run(o options) (err error) {
 		return err
 	}
 	reviewed := reviews.between(start, start.Add(change.all()))
-	fmt.Printf("  TokenReviews during the change (the audit log's): %d, %.2f per node (an agent reviews a token whose review it has not cached, for a minute)\n",
+	fmt.Printf("  TokenReviews during the change (the audit log's): %d, %.2f per node (an agent reviews a token it holds no review of; it keeps one a minute)\n",
 		reviewed, float64(reviewed)/float64(sel))
 	mem, err := memory(reconciler.Pid())
 	if err != nil {
@@ -781,11 +781,10 @@ type reviewTimes []time.Time
 
 func tokenReviews(auditLog string) (reviewTimes, error) {
 	var at reviewTimes
-	_, err := audit.Count(auditLog, func(e audit.Event) bool {
+	err := audit.Each(auditLog, func(e audit.Event) {
 		if e.Verb == "create" && e.ObjectRef.Resource == "tokenreviews" {
 			at = append(at, e.RequestReceived)
 		}
-		return false
 	})
 	return at, err
 }
