@@ -48,13 +48,16 @@ import (
 // nor starve the reviews of the reconciler's own token unless it forges
 // that very claim.
 const (
-	acceptedTTL   = time.Minute
 	rejectedTTL   = 10 * time.Second
 	cacheSize     = 1024
 	reviewRate    = 5
 	reviewBurst   = 10
 	reviewTimeout = 5 * time.Second
 )
+
+// ReviewCacheTTL is how long an accepted review is kept: a token's next
+// calls within it cost no TokenReview, and its revocation shows within it.
+const ReviewCacheTTL = time.Minute
 
 // tokenAlgorithms are the signatures Kubernetes ServiceAccount tokens use.
 var tokenAlgorithms = []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512, jose.ES256, jose.ES384, jose.ES512, jose.PS256, jose.PS384, jose.PS512, jose.EdDSA}
@@ -287,7 +290,7 @@ func (g *Guard) review(ctx context.Context, token string) (review, error) {
 		}
 		ttl := rejectedTTL
 		if r.refusal == "" {
-			ttl = acceptedTTL
+			ttl = ReviewCacheTTL
 			if claims.Expiry != nil {
 				ttl = min(ttl, claims.Expiry.Time().Sub(g.now()))
 			}

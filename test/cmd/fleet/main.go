@@ -45,6 +45,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/servekit/authn"
 	"nodeconfig.io/test/audit"
 	"nodeconfig.io/test/cluster"
 	"nodeconfig.io/test/proc"
@@ -315,7 +316,7 @@ func run(o options) (err error) {
 	if o.auth && o.coldReviews {
 		// A change seldom comes within a minute of the last one: every
 		// agent then reviews the reconciler's token again, at every size.
-		reviews, err := tokenReviews(filepath.Join(c.Dir, "audit.log"))
+		_, reviews, err := tokenCalls(filepath.Join(c.Dir, "audit.log"))
 		if err != nil {
 			return err
 		}
@@ -412,17 +413,13 @@ func run(o options) (err error) {
 	}
 	fmt.Printf("  API writes for the change, to last-known-good: %.2f per node (%d in all; target <= 3)\n",
 		float64(writesAfter-writesBefore)/float64(sel), writesAfter-writesBefore)
-	minted, err := tokenRequests(filepath.Join(c.Dir, "audit.log"), start, start.Add(change.all()))
+	requests, reviews, err := tokenCalls(filepath.Join(c.Dir, "audit.log"))
 	if err != nil {
 		return err
 	}
+	minted, reviewed := requests.between(start, start.Add(change.all())), reviews.between(start, start.Add(change.all()))
 	fmt.Printf("  TokenRequests during the change (the audit log's): %d, %.2f per node (minted on a call's path, or renewed ahead of use)\n",
 		minted, float64(minted)/float64(sel))
-	reviews, err := tokenReviews(filepath.Join(c.Dir, "audit.log"))
-	if err != nil {
-		return err
-	}
-	reviewed := reviews.between(start, start.Add(change.all()))
 	fmt.Printf("  TokenReviews during the change (the audit log's): %d, %.2f per node (an agent reviews a token it holds no review of; it keeps one a minute)\n",
 		reviewed, float64(reviewed)/float64(sel))
 	mem, err := memory(reconciler.Pid())
@@ -758,39 +755,28 @@ func report(what string, l latencies) {
 		l.all().Round(time.Millisecond), l.pct(50).Round(time.Millisecond), l.pct(99).Round(time.Millisecond))
 }
 
-// tokenRequests counts the TokenRequests the API server received from
-// from to to.
-func tokenRequests(auditLog string, from, to time.Time) (int, error) {
-	all, err := audit.TokenRequests(auditLog)
-	n := 0
-	for _, tr := range all {
-		if !tr.At.Before(from) && !tr.At.After(to) {
-			n++
-		}
-	}
-	return n, err
-}
+// callTimes are when the API server received calls of one kind, in the
+// audit log's order.
+type callTimes []time.Time
 
-// reviewCacheTTL is how long an agent keeps a review's answer
-// (servekit/authn).
-const reviewCacheTTL = time.Minute
-
-// reviewTimes are when the API server received TokenReviews: the agents'
-// reviews of the reconciler's tokens, in the audit log's order.
-type reviewTimes []time.Time
-
-func tokenReviews(auditLog string) (reviewTimes, error) {
-	var at reviewTimes
-	err := audit.Each(auditLog, func(e audit.Event) {
-		if e.Verb == "create" && e.ObjectRef.Resource == "tokenreviews" {
-			at = append(at, e.RequestReceived)
+// tokenCalls reads, in one pass over the audit log, when the API server
+// received TokenRequests (the reconciler's tokens for the agents, minted
+// or renewed) and TokenReviews (the agents' reviews of them).
+func tokenCalls(auditLog string) (requests, reviews callTimes, err error) {
+	err = audit.Each(auditLog, func(e audit.Event) {
+		switch {
+		case e.Verb != "create":
+		case e.ObjectRef.Resource == "serviceaccounts" && e.ObjectRef.Subresource == "token":
+			requests = append(requests, e.RequestReceived)
+		case e.ObjectRef.Resource == "tokenreviews":
+			reviews = append(reviews, e.RequestReceived)
 		}
 	})
-	return at, err
+	return requests, reviews, err
 }
 
-// between counts the reviews from from to to.
-func (r reviewTimes) between(from, to time.Time) int {
+// between counts the calls from from to to.
+func (r callTimes) between(from, to time.Time) int {
 	n := 0
 	for _, t := range r {
 		if !t.Before(from) && !t.After(to) {
@@ -800,16 +786,17 @@ func (r reviewTimes) between(from, to time.Time) int {
 	return n
 }
 
-// cachedUntil is when the last review's answer leaves its agent's cache:
-// a change after it finds every agent reviewing its token again.
-func (r reviewTimes) cachedUntil() time.Time {
+// cachedUntil is, for reviews, when the last one's answer leaves its
+// agent's cache: a change after it finds every agent reviewing its token
+// again.
+func (r callTimes) cachedUntil() time.Time {
 	var last time.Time
 	for _, t := range r {
 		if t.After(last) {
 			last = t
 		}
 	}
-	return last.Add(reviewCacheTTL)
+	return last.Add(authn.ReviewCacheTTL)
 }
 
 // settledWrites counts nodeconfig's API writes, lease renewals aside, once

@@ -21,7 +21,7 @@ func TestTokenReviewsAreReadFromTheAuditLog(t *testing.T) {
 	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	reviews, err := tokenReviews(path)
+	_, reviews, err := tokenCalls(path)
 	if err != nil {
 		t.Fatal(err)
 	}
