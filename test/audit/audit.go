@@ -17,6 +17,9 @@ type Event struct {
 	Stage     string `json:"stage"`
 	Verb      string `json:"verb"`
 	UserAgent string `json:"userAgent"`
+	User      struct {
+		Username string `json:"username"`
+	} `json:"user"`
 	ObjectRef struct {
 		Resource    string `json:"resource"`
 		Namespace   string `json:"namespace"`

@@ -54,8 +54,11 @@ type agents struct {
 }
 
 // security is what the installed path adds: the agents' serving
-// certificate, and the reconciler's ServiceAccount whose per-node tokens the
-// agents review.
+// certificate, the reconciler's ServiceAccount whose per-node tokens the
+// agents review, and the agents' own ServiceAccount (deploy/rbac.yaml),
+// whose tokens, bound to each node's Node, every statusd writes with and
+// every checkpointd reviews with, under the install's RBAC and admission
+// policy.
 type security struct {
 	tls     agenttls.Files
 	account string // NAMESPACE/NAME
@@ -64,13 +67,19 @@ type security struct {
 
 const reconcilerAccount = "nodeconfig-reconciler"
 
-func newSecurity(ctx context.Context, admin kubernetes.Interface, root string) (*security, error) {
+func newSecurity(ctx context.Context, admin kubernetes.Interface, kubeconfig, root string) (*security, error) {
 	t, err := agenttls.New(filepath.Join(root, "tls"))
 	if err != nil {
 		return nil, err
 	}
 	if _, err := admin.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: reconcilerAccount}}, metav1.CreateOptions{}); err != nil {
 		return nil, err
+	}
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: agentNamespace}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	if err := installAgentAccess(ctx, kubeconfig); err != nil {
+		return nil, fmt.Errorf("install deploy/rbac.yaml: %w", err)
 	}
 	return &security{tls: t, account: namespace + "/" + reconcilerAccount, user: "system:serviceaccount:" + namespace + ":" + reconcilerAccount}, nil
 }
@@ -111,33 +120,44 @@ func startAgents(ctx context.Context, kube *rest.Config, root string, from, to i
 	// own connection to the API server), as a statusd process on a real
 	// node has. A Proxy func keeps client-go from sharing one cached
 	// transport between clients of the same TLS config; it proxies nothing.
-	cfg := rest.CopyConfig(kube)
-	cfg.QPS, cfg.Burst = 20, 40
-	cfg.UserAgent = "nodeconfig-statusd/fleet"
-	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
-	// Each agent's TokenReviews go through a client of its own budget, as
-	// checkpointd's do; they share one transport per process, one file
-	// less per node (reviews are rare: one per token the reconciler mints).
-	reviewCfg := rest.CopyConfig(kube)
-	reviewCfg.QPS, reviewCfg.Burst, reviewCfg.Timeout = 10, 20, 10*time.Second
-	reviewCfg.UserAgent = "nodeconfig-checkpointd/fleet"
-	reviewHTTP, err := rest.HTTPClientFor(reviewCfg)
-	if err != nil {
-		return nil, err
+	// With the installed path's authentication both use the node's agent
+	// token instead of kube's admin credentials.
+	var tokens []string
+	if sec != nil {
+		var err error
+		if tokens, err = nodeTokens(ctx, kube, from, to); err != nil {
+			return nil, err
+		}
+	}
+	client := func(i int, qps float32, burst int, userAgent string) *rest.Config {
+		cfg := rest.CopyConfig(kube)
+		if sec != nil {
+			cfg = asAgent(kube, tokens[i-from])
+		}
+		cfg.QPS, cfg.Burst, cfg.UserAgent = qps, burst, userAgent
+		return cfg
 	}
 	a := &agents{}
 	var g errgroup.Group
 	g.SetLimit(32)
 	for i := from; i < to; i++ {
 		g.Go(func() error {
-			return a.start(ctx, i, root, fsync, sec, withStatusd(i), cfg, reviewCfg, reviewHTTP, log)
+			cfg := client(i, 20, 40, "nodeconfig-statusd/fleet")
+			cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
+			// Each agent's TokenReviews go through a client of its own
+			// budget, as checkpointd's do; client-go shares one cached
+			// transport between them, one file less per node (reviews
+			// are rare: one per token the reconciler mints).
+			reviewCfg := client(i, 10, 20, "nodeconfig-checkpointd/fleet")
+			reviewCfg.Timeout = 10 * time.Second
+			return a.start(ctx, i, root, fsync, sec, withStatusd(i), cfg, reviewCfg, log)
 		})
 	}
 	return a, g.Wait()
 }
 
 // start starts node i's checkpointd and, if asked, its statusd.
-func (a *agents) start(ctx context.Context, i int, root string, fsync bool, sec *security, withStatusd bool, cfg, reviewCfg *rest.Config, reviewHTTP *http.Client, log *slog.Logger) error {
+func (a *agents) start(ctx context.Context, i int, root string, fsync bool, sec *security, withStatusd bool, cfg, reviewCfg *rest.Config, log *slog.Logger) error {
 	name := nodeName(i)
 	dir := filepath.Join(root, "n", name)
 	ckd, err := checkpointd.Open(checkpointd.Options{
@@ -150,7 +170,7 @@ func (a *agents) start(ctx context.Context, i int, root string, fsync bool, sec 
 	a.mu.Lock()
 	a.stores = append(a.stores, ckd)
 	a.mu.Unlock()
-	reviewClient, err := authenticationv1client.NewForConfigAndClient(reviewCfg, reviewHTTP)
+	reviewClient, err := authenticationv1client.NewForConfig(reviewCfg)
 	if err != nil {
 		return err
 	}

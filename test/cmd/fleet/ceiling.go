@@ -36,6 +36,13 @@ const (
 // counted. Its user agent is not nodeconfig's: the write counts never see
 // it, and it runs before they start.
 func writeCeiling(ctx context.Context, base *rest.Config, n int, window time.Duration) (perSecond float64, err error) {
+	perSecond, _, err = probeWrites(ctx, base, n, window)
+	return perSecond, err
+}
+
+// probeWrites is writeCeiling's probe; all is every write it made, the
+// warm-up's too.
+func probeWrites(ctx context.Context, base *rest.Config, n int, window time.Duration) (perSecond float64, all int64, err error) {
 	clients := make([]kubernetes.Interface, ceilingConns)
 	for i := range clients {
 		cfg := rest.CopyConfig(base)
@@ -43,7 +50,7 @@ func writeCeiling(ctx context.Context, base *rest.Config, n int, window time.Dur
 		cfg.UserAgent = "fleet-ceiling-probe"
 		cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil } // a transport of its own
 		if clients[i], err = kubernetes.NewForConfig(cfg); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	var next, counted atomic.Int64
@@ -69,7 +76,7 @@ func writeCeiling(ctx context.Context, base *rest.Config, n int, window time.Dur
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(counted.Load()) / window.Seconds(), nil
+	return float64(counted.Load()) / window.Seconds(), next.Load(), nil
 }

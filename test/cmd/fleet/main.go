@@ -62,12 +62,12 @@ const defaultSoak = 20 * time.Second
 
 // options are the command's flags.
 type options struct {
-	nodes, selected, workers, perProcess int
-	fsync, keep, auth, coldReviews       bool
-	idleWithoutStatusd                   bool
-	profiles, maxInTrial                 string
-	ceiling, idle, soak, tokensDue       time.Duration
-	reconcilerFlags                      []string
+	nodes, selected, workers, perProcess       int
+	fsync, keep, auth, coldReviews, policyCost bool
+	idleWithoutStatusd                         bool
+	profiles, maxInTrial                       string
+	ceiling, idle, soak, tokensDue             time.Duration
+	reconcilerFlags                            []string
 }
 
 func main() {
@@ -96,6 +96,7 @@ func main() {
 	flag.DurationVar(&o.ceiling, "ceiling", 5*time.Second, "how long to measure the API server's Node write ceiling before the rollout (0: not measured)")
 	flag.DurationVar(&o.soak, "soak", defaultSoak, "the NodeConfig's spec.soakSeconds: shorter than the change, the first nodes' promotions run during it and take their share of its CPU")
 	flag.DurationVar(&o.idle, "idle", 10*time.Second, "how long to measure the CPU the settled fleet takes before the change (0: not measured)")
+	flag.BoolVar(&o.policyCost, "policy-cost", true, "with -auth, after the write ceiling, measure the API server's CPU per Node write with the agents' admission policy bound and unbound (it matches every Node update, the kubelets' too)")
 	flag.BoolVar(&o.coldReviews, "cold-reviews", true, "with -auth, the change waits until every agent's cached review of its token has expired (a minute after the last TokenReview in the audit log), as after any quiet spell, so that fleets of every size run it alike; false: it follows the first rollout's promotion and the idle measurement at once")
 	flag.DurationVar(&o.tokensDue, "tokens-due", 0, "the change as after a quiet hour: every node's token falls due for renewal this long after it was minted (the reconciler's --agent-token-renew-after), and the settled fleet idles that long and 5 s more before the change, past the agents' one-minute review cache too (0: the change follows the first rollout at once)")
 	flag.Parse()
@@ -214,8 +215,13 @@ func run(o options) (err error) {
 	}
 	var sec *security
 	if o.auth {
-		if sec, err = newSecurity(ctx, admin, root); err != nil {
+		if sec, err = newSecurity(ctx, admin, c.Kubeconfig, root); err != nil {
 			return err
+		}
+		if n > 1 {
+			if err := waitAgentPolicy(ctx, c.Config, true); err != nil {
+				return err
+			}
 		}
 	}
 	t0 = time.Now()
@@ -257,6 +263,13 @@ func run(o options) (err error) {
 			return err
 		}
 		fmt.Printf("  API server write ceiling: %.0f Node writes/s (%d writers, merge patches of the status, %v)\n", ceiling, min(ceilingWriters, n), o.ceiling)
+		if o.auth && o.policyCost && n > 1 {
+			cost, err := measurePolicyCost(ctx, c.Config, admin, c.Kubeconfig, n, c.APIServer.Pid(), o.ceiling)
+			if err != nil {
+				return fmt.Errorf("the agents' policy's cost: %w", err)
+			}
+			fmt.Printf("    %v\n", cost)
+		}
 	}
 
 	reconciler, metricsAddr, err := startReconciler(c, root, o.workers, append(reconcilerArgs(root, n, sec), o.reconcilerFlags...))
@@ -316,11 +329,11 @@ func run(o options) (err error) {
 	if o.auth && o.coldReviews {
 		// A change seldom comes within a minute of the last one: every
 		// agent then reviews the reconciler's token again, at every size.
-		_, reviews, err := tokenCalls(filepath.Join(c.Dir, "audit.log"))
+		calls, err := readCalls(filepath.Join(c.Dir, "audit.log"))
 		if err != nil {
 			return err
 		}
-		if wait := time.Until(reviews.cachedUntil().Add(5 * time.Second)); wait > 0 {
+		if wait := time.Until(calls.tokenReviews.cachedUntil().Add(5 * time.Second)); wait > 0 {
 			fmt.Printf("  waiting %v, until every agent's cached review has expired\n", wait.Round(time.Second))
 			time.Sleep(wait)
 		}
@@ -413,15 +426,23 @@ func run(o options) (err error) {
 	}
 	fmt.Printf("  API writes for the change, to last-known-good: %.2f per node (%d in all; target <= 3)\n",
 		float64(writesAfter-writesBefore)/float64(sel), writesAfter-writesBefore)
-	requests, reviews, err := tokenCalls(filepath.Join(c.Dir, "audit.log"))
+	calls, err := readCalls(filepath.Join(c.Dir, "audit.log"))
 	if err != nil {
 		return err
 	}
-	minted, reviewed := requests.between(start, start.Add(change.all())), reviews.between(start, start.Add(change.all()))
+	end := start.Add(change.all())
+	minted, reviewed := calls.tokenRequests.between(start, end), calls.tokenReviews.between(start, end)
 	fmt.Printf("  TokenRequests during the change (the audit log's): %d, %.2f per node (minted on a call's path, or renewed ahead of use)\n",
 		minted, float64(minted)/float64(sel))
 	fmt.Printf("  TokenReviews during the change (the audit log's): %d, %.2f per node (an agent reviews a token it holds no review of; it keeps one a minute)\n",
 		reviewed, float64(reviewed)/float64(sel))
+	if o.auth {
+		// Every statusd writes as the install's agents do: its token
+		// bound to its Node, through RBAC and the admission policy.
+		patched := calls.agentPatches.between(start, end)
+		fmt.Printf("  Node status patches during the change as %s, with a token bound to the Node: %d, %.2f per node\n",
+			agentUser, patched, float64(patched)/float64(sel))
+	}
 	mem, err := memory(reconciler.Pid())
 	if err != nil {
 		return err
@@ -759,20 +780,27 @@ func report(what string, l latencies) {
 // audit log's order.
 type callTimes []time.Time
 
-// tokenCalls reads, in one pass over the audit log, when the API server
-// received TokenRequests (the reconciler's tokens for the agents, minted
-// or renewed) and TokenReviews (the agents' reviews of them).
-func tokenCalls(auditLog string) (requests, reviews callTimes, err error) {
-	err = audit.Each(auditLog, func(e audit.Event) {
+// changeCalls are when the API server received the calls a change is made
+// of, read in one pass over the audit log: the reconciler's TokenRequests
+// (its tokens for the agents, minted or renewed), the agents' TokenReviews
+// of them, and the agents' Node status patches with their own tokens
+// (allowed: the response's code is 200).
+type changeCalls struct{ tokenRequests, tokenReviews, agentPatches callTimes }
+
+func readCalls(auditLog string) (changeCalls, error) {
+	var c changeCalls
+	err := audit.Each(auditLog, func(e audit.Event) {
 		switch {
-		case e.Verb != "create":
-		case e.ObjectRef.Resource == "serviceaccounts" && e.ObjectRef.Subresource == "token":
-			requests = append(requests, e.RequestReceived)
-		case e.ObjectRef.Resource == "tokenreviews":
-			reviews = append(reviews, e.RequestReceived)
+		case e.Verb == "create" && e.ObjectRef.Resource == "serviceaccounts" && e.ObjectRef.Subresource == "token" && e.ObjectRef.Name == reconcilerAccount:
+			c.tokenRequests = append(c.tokenRequests, e.RequestReceived)
+		case e.Verb == "create" && e.ObjectRef.Resource == "tokenreviews":
+			c.tokenReviews = append(c.tokenReviews, e.RequestReceived)
+		case e.Verb == "patch" && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Subresource == "status" &&
+			e.User.Username == agentUser && e.ResponseStatus.Code == 200:
+			c.agentPatches = append(c.agentPatches, e.RequestReceived)
 		}
 	})
-	return requests, reviews, err
+	return c, err
 }
 
 // between counts the calls from from to to.

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"nodeconfig.io/test/proc"
+)
+
+// The agents' ServiceAccount as deploy/rbac.yaml names it, installed into
+// the namespace the install uses.
+const (
+	agentNamespace = "nodeconfig-system"
+	agentAccount   = "nodeconfig-agent"
+	agentUser      = "system:serviceaccount:" + agentNamespace + ":" + agentAccount
+)
+
+// installAgentAccess applies deploy/rbac.yaml into agentNamespace as an
+// install does: the agents' ServiceAccount, its RBAC, and the admission
+// policy that lets it write only its own Node's condition and annotation.
+func installAgentAccess(ctx context.Context, kubeconfig string) error {
+	root, err := proc.RepoRoot()
+	if err != nil {
+		return err
+	}
+	kubectl, err := proc.Binary("kubectl")
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "apply", "-n", agentNamespace,
+		"-f", filepath.Join(root, "deploy", "rbac.yaml")).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%w: %s", err, out)
+	}
+	return nil
+}
+
+// nodeTokens mints, for nodes from to to-1, the agents' ServiceAccount
+// token bound to each node's Node, as a pod's projected token is bound to
+// the node it runs on: the API server adds the node's name to the user,
+// and the admission policy checks it. The tokens last the run (an hour).
+func nodeTokens(ctx context.Context, kube *rest.Config, from, to int) ([]string, error) {
+	cfg := rest.CopyConfig(kube)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	admin, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	tokens := make([]string, to-from)
+	err = forEach(to-from, 32, func(k int) error {
+		tr, err := admin.CoreV1().ServiceAccounts(agentNamespace).CreateToken(ctx, agentAccount, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{
+				BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: nodeName(from + k)},
+				ExpirationSeconds: new(int64(3600)),
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("token of %s bound to its Node: %w", nodeName(from+k), err)
+		}
+		tokens[k] = tr.Status.Token
+		return nil
+	})
+	return tokens, err
+}
+
+// asAgent is kube's server and CA with node's agent token instead of the
+// admin's credentials.
+func asAgent(kube *rest.Config, token string) *rest.Config {
+	cfg := rest.AnonymousClientConfig(kube)
+	cfg.BearerToken = token
+	return cfg
+}
+
+const agentPolicy = "nodeconfig-agent-own-node" // deploy/rbac.yaml
