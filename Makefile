@@ -144,7 +144,7 @@ bench: build testbin nodebin node-packages images ## every performance figure in
 	go test -short -run '^$$' -bench BadConfigToHealthyLastKnownGood -benchtime 10x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
 	@echo; $(MAKE) --no-print-directory bench-table
 
-fleet-bench: build testbin ## one fleet run of FLEET_NODES nodes (a rollout to FLEET_SELECT of them, 0: all) appended to docs/bench/latest.txt (the 5,000-node rows: FLEET_NODES=5000), then the table
+fleet-bench: build testbin nodebin ## one fleet run of FLEET_NODES nodes (a rollout to FLEET_SELECT of them, 0: all) appended to docs/bench/latest.txt (the 5,000-node rows: FLEET_NODES=5000), then the table
 	@mkdir -p $(dir $(BENCH_OUT))
 	@$(call BENCH_RUN,make fleet-bench FLEET_NODES=$(FLEET_NODES)$(if $(filter-out 0,$(FLEET_SELECT)), FLEET_SELECT=$(FLEET_SELECT))) >> $(BENCH_OUT)
 	go run nodeconfig.io/test/cmd/fleet -nodes $(FLEET_NODES) -select $(FLEET_SELECT) | tee -a $(BENCH_OUT)
@@ -162,7 +162,7 @@ store-bench: ## five consecutive runs of the 32-writer put benchmark into docs/b
 bench-table: ## the table of docs/performance.md rendered again from docs/bench/latest.txt (fails on a missed target)
 	go run nodeconfig.io/test/cmd/benchtable -write docs/performance.md $(BENCH_OUT)
 
-fleet: build testbin ## the fleet benchmark alone, nothing saved: FLEET_NODES simulated nodes (default 1000)
+fleet: build testbin nodebin ## the fleet benchmark alone, nothing saved: FLEET_NODES simulated nodes (default 1000)
 	go run nodeconfig.io/test/cmd/fleet -nodes $(FLEET_NODES)
 
 fuzz: ## fuzz each target for FUZZTIME (default 30s)
