@@ -443,6 +443,11 @@ func run(o options) (err error) {
 		fmt.Printf("  Node status patches during the change as %s, with a token bound to the Node: %d, %.2f per node\n",
 			agentUser, patched, float64(patched)/float64(sel))
 	}
+	// An API server past its limit of requests in flight answers 429, and
+	// the write counts above count the refused writes too.
+	refused := calls.refused.between(start, end)
+	fmt.Printf("  nodeconfig's requests the API server refused as too many (429) during the change: %d, %.2f per node\n",
+		refused, float64(refused)/float64(sel))
 	mem, err := memory(reconciler.Pid())
 	if err != nil {
 		return err
@@ -783,20 +788,23 @@ type callTimes []time.Time
 // changeCalls are when the API server received the calls a change is made
 // of, read in one pass over the audit log: the reconciler's TokenRequests
 // (its tokens for the agents, minted or renewed), the agents' TokenReviews
-// of them, and the agents' Node status patches with their own tokens
-// (allowed: the response's code is 200).
-type changeCalls struct{ tokenRequests, tokenReviews, agentPatches callTimes }
+// of them, and the agents' Node status patches with their own tokens, each
+// answered (created, or patched); and the requests of nodeconfig's clients
+// it refused as too many (429), which they retry.
+type changeCalls struct{ tokenRequests, tokenReviews, agentPatches, refused callTimes }
 
 func readCalls(auditLog string) (changeCalls, error) {
 	var c changeCalls
 	err := audit.Each(auditLog, func(e audit.Event) {
+		created, patched := e.Verb == "create" && e.ResponseStatus.Code == http.StatusCreated, e.Verb == "patch" && e.ResponseStatus.Code == http.StatusOK
 		switch {
-		case e.Verb == "create" && e.ObjectRef.Resource == "serviceaccounts" && e.ObjectRef.Subresource == "token" && e.ObjectRef.Name == reconcilerAccount:
+		case e.ResponseStatus.Code == http.StatusTooManyRequests && strings.HasPrefix(e.UserAgent, "nodeconfig-"):
+			c.refused = append(c.refused, e.RequestReceived)
+		case created && e.ObjectRef.Resource == "serviceaccounts" && e.ObjectRef.Subresource == "token" && e.ObjectRef.Name == reconcilerAccount:
 			c.tokenRequests = append(c.tokenRequests, e.RequestReceived)
-		case e.Verb == "create" && e.ObjectRef.Resource == "tokenreviews":
+		case created && e.ObjectRef.Resource == "tokenreviews":
 			c.tokenReviews = append(c.tokenReviews, e.RequestReceived)
-		case e.Verb == "patch" && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Subresource == "status" &&
-			e.User.Username == agentUser && e.ResponseStatus.Code == 200:
+		case patched && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Subresource == "status" && e.User.Username == agentUser:
 			c.agentPatches = append(c.agentPatches, e.RequestReceived)
 		}
 	})

@@ -9,17 +9,21 @@ import (
 
 // The change waits on the audit log's last TokenReview, and counts the
 // ones in its window: other requests, and a review still in flight, are
-// not reviews. The reconciler's TokenRequests and the agents' allowed
-// status patches are told apart from the others' in the same pass.
+// not reviews, and neither is one refused. The reconciler's TokenRequests,
+// the agents' allowed status patches and nodeconfig's refused requests are
+// told apart from the others' in the same pass.
 func TestTokenReviewsAreReadFromTheAuditLog(t *testing.T) {
-	const log = `{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"tokenreviews"},"requestReceivedTimestamp":"2026-11-24T07:00:00Z"}
+	const log = `{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"tokenreviews"},"responseStatus":{"code":201},"requestReceivedTimestamp":"2026-11-24T07:00:00Z"}
 {"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"serviceaccounts","subresource":"token"},"requestReceivedTimestamp":"2026-11-24T07:00:30Z"}
-{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"tokenreviews"},"requestReceivedTimestamp":"2026-11-24T07:00:20Z"}
+{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"tokenreviews"},"responseStatus":{"code":201},"requestReceivedTimestamp":"2026-11-24T07:00:20Z"}
+{"stage":"ResponseComplete","verb":"create","userAgent":"nodeconfig-checkpointd/fleet","objectRef":{"resource":"tokenreviews"},"responseStatus":{"code":429},"requestReceivedTimestamp":"2026-11-24T07:00:25Z"}
 {"stage":"RequestReceived","verb":"create","objectRef":{"resource":"tokenreviews"},"requestReceivedTimestamp":"2026-11-24T07:00:50Z"}
 {"stage":"ResponseComplete","verb":"patch","objectRef":{"resource":"nodes"},"requestReceivedTimestamp":"2026-11-24T07:00:40Z"}
-{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"serviceaccounts","name":"nodeconfig-reconciler","subresource":"token"},"requestReceivedTimestamp":"2026-11-24T07:00:31Z"}
+{"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"serviceaccounts","name":"nodeconfig-reconciler","subresource":"token"},"responseStatus":{"code":201},"requestReceivedTimestamp":"2026-11-24T07:00:31Z"}
 {"stage":"ResponseComplete","verb":"patch","user":{"username":"system:serviceaccount:nodeconfig-system:nodeconfig-agent"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-24T07:00:41Z"}
 {"stage":"ResponseComplete","verb":"patch","user":{"username":"system:serviceaccount:nodeconfig-system:nodeconfig-agent"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":422},"requestReceivedTimestamp":"2026-11-24T07:00:42Z"}
+{"stage":"ResponseComplete","verb":"patch","userAgent":"nodeconfig-statusd/fleet","user":{"username":"system:serviceaccount:nodeconfig-system:nodeconfig-agent"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":429},"requestReceivedTimestamp":"2026-11-24T07:00:44Z"}
+{"stage":"ResponseComplete","verb":"get","userAgent":"fleet-ceiling-probe","objectRef":{"resource":"nodes"},"responseStatus":{"code":429},"requestReceivedTimestamp":"2026-11-24T07:00:45Z"}
 {"stage":"ResponseComplete","verb":"patch","user":{"username":"admin"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-24T07:00:43Z"}
 `
 	path := filepath.Join(t.TempDir(), "audit.log")
@@ -46,9 +50,13 @@ func TestTokenReviewsAreReadFromTheAuditLog(t *testing.T) {
 	if got := calls.tokenRequests.between(at(0), at(60)); got != 1 {
 		t.Errorf("the reconciler's TokenRequests: %d, want 1", got)
 	}
-	// Only the agent's allowed status patch: not the refused one, nor the
+	// Only the agent's allowed status patch: not the refused ones, nor the
 	// admin's.
 	if got := calls.agentPatches.between(at(0), at(60)); got != 1 {
 		t.Errorf("the agents' status patches: %d, want 1", got)
+	}
+	// nodeconfig's 429s (a review and a patch), not another client's.
+	if got := calls.refused.between(at(0), at(60)); got != 2 {
+		t.Errorf("nodeconfig's requests refused as too many: %d, want 2", got)
 	}
 }
