@@ -64,7 +64,7 @@ const defaultSoak = 20 * time.Second
 type options struct {
 	nodes, selected, workers, perProcess       int
 	fsync, keep, auth, coldReviews, policyCost bool
-	idleWithoutStatusd                         bool
+	idleWithoutStatusd, priorityAndFairness    bool
 	profiles, maxInTrial                       string
 	ceiling, idle, soak, tokensDue             time.Duration
 	reconcilerFlags                            []string
@@ -96,6 +96,7 @@ func main() {
 	flag.DurationVar(&o.ceiling, "ceiling", 5*time.Second, "how long to measure the API server's Node write ceiling before the rollout (0: not measured)")
 	flag.DurationVar(&o.soak, "soak", defaultSoak, "the NodeConfig's spec.soakSeconds: shorter than the change, the first nodes' promotions run during it and take their share of its CPU")
 	flag.DurationVar(&o.idle, "idle", 10*time.Second, "how long to measure the CPU the settled fleet takes before the change (0: not measured)")
+	flag.BoolVar(&o.priorityAndFairness, "priority-and-fairness", false, "run the API server with API Priority and Fairness (its default; the harness's API server runs without: past 400 reads or 200 writes in flight it answers 429)")
 	flag.BoolVar(&o.policyCost, "policy-cost", true, "with -auth, after the write ceiling, measure the API server's CPU per Node write with the agents' admission policy bound and unbound (it matches every Node update, the kubelets' too)")
 	flag.BoolVar(&o.coldReviews, "cold-reviews", true, "with -auth, the change waits until every agent's cached review of its token has expired (a minute after the last TokenReview in the audit log), as after any quiet spell, so that fleets of every size run it alike; false: it follows the first rollout's promotion and the idle measurement at once")
 	flag.DurationVar(&o.tokensDue, "tokens-due", 0, "the change as after a quiet hour: every node's token falls due for renewal this long after it was minted (the reconciler's --agent-token-renew-after), and the settled fleet idles that long and 5 s more before the change, past the agents' one-minute review cache too (0: the change follows the first rollout at once)")
@@ -173,7 +174,7 @@ func run(o options) (err error) {
 		want = n + 4096
 	}
 	raiseFileLimit(want)
-	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(root, "cluster"), AuditLog: true})
+	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(root, "cluster"), AuditLog: true, PriorityAndFairness: o.priorityAndFairness})
 	if err != nil {
 		return err
 	}
