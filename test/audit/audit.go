@@ -47,10 +47,18 @@ func Unstored(e Event) bool {
 	case "tokenreviews", "subjectaccessreviews", "localsubjectaccessreviews",
 		"selfsubjectaccessreviews", "selfsubjectrulesreviews", "selfsubjectreviews":
 		return true
-	case "serviceaccounts":
-		return e.ObjectRef.Subresource == "token"
 	}
-	return false
+	return e.IsTokenRequest()
+}
+
+// Nodeconfigs reports whether e came from one of nodeconfig's clients
+// (their user agents are nodeconfig-SERVICE).
+func (e Event) Nodeconfigs() bool { return strings.HasPrefix(e.UserAgent, "nodeconfig-") }
+
+// IsTokenRequest reports whether e asks for a ServiceAccount's token (a
+// create of serviceaccounts/token).
+func (e Event) IsTokenRequest() bool {
+	return e.Verb == "create" && e.ObjectRef.Resource == "serviceaccounts" && e.ObjectRef.Subresource == "token"
 }
 
 // Count returns how many completed requests match.
@@ -126,7 +134,7 @@ func (w *WriteCounts) add(e Event) {
 		return
 	}
 	switch {
-	case !strings.HasPrefix(e.UserAgent, "nodeconfig-"):
+	case !e.Nodeconfigs():
 	case Unstored(e):
 		w.Unstored++
 	case strings.HasPrefix(e.UserAgent, "nodeconfig-statusd"):
@@ -251,7 +259,7 @@ type TokenRequest struct {
 func TokenRequests(path string) ([]TokenRequest, error) {
 	var out []TokenRequest
 	err := Each(path, func(e Event) {
-		if e.Verb != "create" || e.ObjectRef.Resource != "serviceaccounts" || e.ObjectRef.Subresource != "token" {
+		if !e.IsTokenRequest() {
 			return
 		}
 		tr := TokenRequest{At: e.RequestReceived, Account: e.ObjectRef.Namespace + "/" + e.ObjectRef.Name, UserAgent: e.UserAgent, Code: e.ResponseStatus.Code}

@@ -130,9 +130,11 @@ func startAgents(ctx context.Context, kube *rest.Config, root string, from, to i
 		}
 	}
 	client := func(i int, qps float32, burst int, userAgent string) *rest.Config {
-		cfg := rest.CopyConfig(kube)
+		var cfg *rest.Config
 		if sec != nil {
 			cfg = asAgent(kube, tokens[i-from])
+		} else {
+			cfg = rest.CopyConfig(kube)
 		}
 		cfg.QPS, cfg.Burst, cfg.UserAgent = qps, burst, userAgent
 		return cfg

@@ -35,14 +35,8 @@ const (
 // rate limit, for a warm-up and then window, in which completed writes are
 // counted. Its user agent is not nodeconfig's: the write counts never see
 // it, and it runs before they start.
-func writeCeiling(ctx context.Context, base *rest.Config, n int, window time.Duration) (perSecond float64, err error) {
-	perSecond, _, err = probeWrites(ctx, base, n, window)
-	return perSecond, err
-}
-
-// probeWrites is writeCeiling's probe; all is every write it made, the
-// warm-up's too.
-func probeWrites(ctx context.Context, base *rest.Config, n int, window time.Duration) (perSecond float64, all int64, err error) {
+// all is every write it made, the warm-up's too.
+func writeCeiling(ctx context.Context, base *rest.Config, n int, window time.Duration) (perSecond float64, all int64, err error) {
 	clients := make([]kubernetes.Interface, ceilingConns)
 	for i := range clients {
 		cfg := rest.CopyConfig(base)

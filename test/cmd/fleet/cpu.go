@@ -55,13 +55,9 @@ func readCPU(p cpuPids) (cpuUse, error) {
 	u := cpuUse{harness: -1}
 	for part, pids := range [parts][]int{p.agents, {p.apiServer}, {p.etcd}, {p.reconciler}} {
 		for _, pid := range pids {
-			proc, err := procfs.NewProc(pid)
+			st, err := procStat(pid)
 			if err != nil {
 				return u, err
-			}
-			st, err := proc.Stat()
-			if err != nil {
-				return u, fmt.Errorf("CPU time of process %d: %w", pid, err)
 			}
 			u.cpu[part] += st.CPUTime()
 			u.system[part] += float64(st.STime) / userHZ
@@ -72,6 +68,19 @@ func readCPU(p cpuPids) (cpuUse, error) {
 		}
 	}
 	return u, nil
+}
+
+// procStat reads a process's /proc stat: its CPU times and page faults.
+func procStat(pid int) (procfs.ProcStat, error) {
+	proc, err := procfs.NewProc(pid)
+	if err != nil {
+		return procfs.ProcStat{}, err
+	}
+	st, err := proc.Stat()
+	if err != nil {
+		return procfs.ProcStat{}, fmt.Errorf("CPU time of process %d: %w", pid, err)
+	}
+	return st, nil
 }
 
 func (u cpuUse) minus(before cpuUse) cpuUse {

@@ -215,12 +215,16 @@ func run(o options) (err error) {
 		return err
 	}
 	var sec *security
+	var policy *policyProbe
 	if o.auth {
 		if sec, err = newSecurity(ctx, admin, c.Kubeconfig, root); err != nil {
 			return err
 		}
 		if n > 1 {
-			if err := waitAgentPolicy(ctx, c.Config, true); err != nil {
+			if policy, err = newPolicyProbe(ctx, c.Config); err != nil {
+				return err
+			}
+			if err := policy.wait(ctx, true); err != nil {
 				return err
 			}
 		}
@@ -260,12 +264,12 @@ func run(o options) (err error) {
 	// Nodes, before anything of nodeconfig's writes.
 	var ceiling float64
 	if o.ceiling > 0 {
-		if ceiling, err = writeCeiling(ctx, c.Config, n, o.ceiling); err != nil {
+		if ceiling, _, err = writeCeiling(ctx, c.Config, n, o.ceiling); err != nil {
 			return err
 		}
 		fmt.Printf("  API server write ceiling: %.0f Node writes/s (%d writers, merge patches of the status, %v)\n", ceiling, min(ceilingWriters, n), o.ceiling)
-		if o.auth && o.policyCost && n > 1 {
-			cost, err := measurePolicyCost(ctx, c.Config, admin, c.Kubeconfig, n, c.APIServer.Pid(), o.ceiling)
+		if policy != nil && o.policyCost {
+			cost, err := measurePolicyCost(ctx, c.Config, admin, policy, n, c.APIServer.Pid(), o.ceiling)
 			if err != nil {
 				return fmt.Errorf("the agents' policy's cost: %w", err)
 			}
@@ -799,9 +803,9 @@ func readCalls(auditLog string) (changeCalls, error) {
 	err := audit.Each(auditLog, func(e audit.Event) {
 		created, patched := e.Verb == "create" && e.ResponseStatus.Code == http.StatusCreated, e.Verb == "patch" && e.ResponseStatus.Code == http.StatusOK
 		switch {
-		case e.ResponseStatus.Code == http.StatusTooManyRequests && strings.HasPrefix(e.UserAgent, "nodeconfig-"):
+		case e.ResponseStatus.Code == http.StatusTooManyRequests && e.Nodeconfigs():
 			c.refused = append(c.refused, e.RequestReceived)
-		case created && e.ObjectRef.Resource == "serviceaccounts" && e.ObjectRef.Subresource == "token" && e.ObjectRef.Name == reconcilerAccount:
+		case created && e.IsTokenRequest() && e.ObjectRef.Name == reconcilerAccount:
 			c.tokenRequests = append(c.tokenRequests, e.RequestReceived)
 		case created && e.ObjectRef.Resource == "tokenreviews":
 			c.tokenReviews = append(c.tokenReviews, e.RequestReceived)

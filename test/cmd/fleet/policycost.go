@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/procfs"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -32,75 +32,78 @@ func (p policyCost) String() string {
 		p.with, p.without, p.with-p.without)
 }
 
-func measurePolicyCost(ctx context.Context, kube *rest.Config, admin kubernetes.Interface, kubeconfig string, n, apiServerPid int, window time.Duration) (policyCost, error) {
+func measurePolicyCost(ctx context.Context, kube *rest.Config, admin kubernetes.Interface, probe *policyProbe, n, apiServerPid int, window time.Duration) (policyCost, error) {
 	var p policyCost
 	var err error
 	if p.with, err = apiServerCPUPerWrite(ctx, kube, n, apiServerPid, window); err != nil {
 		return p, err
 	}
 	bindings := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	bound, err := bindings.Get(ctx, agentPolicy, metav1.GetOptions{})
+	if err != nil {
+		return p, err
+	}
 	if err := bindings.Delete(ctx, agentPolicy, metav1.DeleteOptions{}); err != nil {
 		return p, err
 	}
-	if err := waitAgentPolicy(ctx, kube, false); err != nil {
+	if err := probe.wait(ctx, false); err != nil {
 		return p, err
 	}
 	if p.without, err = apiServerCPUPerWrite(ctx, kube, n, apiServerPid, window); err != nil {
 		return p, err
 	}
-	if err := installAgentAccess(ctx, kubeconfig); err != nil {
+	restored := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: bound.Name, Labels: bound.Labels},
+		Spec:       bound.Spec,
+	}
+	if _, err := bindings.Create(ctx, restored, metav1.CreateOptions{}); err != nil {
 		return p, err
 	}
-	return p, waitAgentPolicy(ctx, kube, true)
+	return p, probe.wait(ctx, true)
 }
 
 // apiServerCPUPerWrite runs the write probe and divides the API server's
 // CPU time over it by the writes it made.
 func apiServerCPUPerWrite(ctx context.Context, kube *rest.Config, n, pid int, window time.Duration) (float64, error) {
-	before, err := processCPU(pid)
+	before, err := procStat(pid)
 	if err != nil {
 		return 0, err
 	}
-	_, writes, err := probeWrites(ctx, kube, n, window)
+	_, writes, err := writeCeiling(ctx, kube, n, window)
 	if err != nil {
 		return 0, err
 	}
-	after, err := processCPU(pid)
+	after, err := procStat(pid)
 	if err != nil {
 		return 0, err
 	}
-	return (after - before) / float64(writes) * 1e6, nil
+	return (after.CPUTime() - before.CPUTime()) / float64(writes) * 1e6, nil
 }
 
-func processCPU(pid int) (float64, error) {
-	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return 0, err
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0, err
-	}
-	return st.CPUTime(), nil
-}
+// policyProbe tells whether the agents' admission policy is in force: it
+// is when node 0's agent token may not write node 1's status (a dry run:
+// nothing is written either way).
+type policyProbe struct{ agent kubernetes.Interface }
 
-// waitAgentPolicy waits until the agents' admission policy is in force
-// (inForce) or out of it: whether node 0's agent token may write node 1's
-// status (a dry run: nothing is written either way). The API server takes
-// a policy's binding up, or drops it, in the background.
-func waitAgentPolicy(ctx context.Context, kube *rest.Config, inForce bool) error {
+func newPolicyProbe(ctx context.Context, kube *rest.Config) (*policyProbe, error) {
 	tokens, err := nodeTokens(ctx, kube, 0, 1)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	agent, err := kubernetes.NewForConfig(asAgent(kube, tokens[0]))
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return &policyProbe{agent: agent}, nil
+}
+
+// wait waits until the policy is in force (inForce) or out of it: the API
+// server takes a policy's binding up, or drops it, in the background.
+func (p *policyProbe) wait(ctx context.Context, inForce bool) error {
 	patch := []byte(`{"metadata":{"annotations":{"nodeconfig.io/config-status":"{}"}}}`)
 	const refusal = "may only write the Node it runs on"
 	return proc.WaitFor(30*time.Second, func() (bool, error) {
-		_, err := agent.CoreV1().Nodes().Patch(ctx, nodeName(1), types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+		_, err := p.agent.CoreV1().Nodes().Patch(ctx, nodeName(1), types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
 		refused := err != nil && strings.Contains(err.Error(), refusal)
 		if inForce == refused && (refused || err == nil) {
 			return true, nil
