@@ -22,9 +22,11 @@ const (
 	agentUser      = "system:serviceaccount:" + agentNamespace + ":" + agentAccount
 )
 
-// installAgentAccess applies deploy/rbac.yaml into agentNamespace as an
-// install does: the agents' ServiceAccount, its RBAC, and the admission
-// policy that lets it write only its own Node's condition and annotation.
+// installAgentAccess applies deploy/rbac.yaml and deploy/flowcontrol.yaml
+// into agentNamespace as an install does: the agents' ServiceAccount, its
+// RBAC, the admission policy that lets it write only its own Node's
+// condition and annotation, and the priority level its requests queue in
+// (with -priority-and-fairness; without, the API server has no queues).
 func installAgentAccess(ctx context.Context, kubeconfig string) error {
 	root, err := proc.RepoRoot()
 	if err != nil {
@@ -35,7 +37,7 @@ func installAgentAccess(ctx context.Context, kubeconfig string) error {
 		return err
 	}
 	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "apply", "-n", agentNamespace,
-		"-f", filepath.Join(root, "deploy", "rbac.yaml")).CombinedOutput()
+		"-f", filepath.Join(root, "deploy", "rbac.yaml"), "-f", filepath.Join(root, "deploy", "flowcontrol.yaml")).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%w: %s", err, out)
 	}

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -22,7 +23,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -66,6 +66,7 @@ type Syncer struct {
 	trigger chan struct{}
 	tick    chan struct{} // the period's: nothing to coalesce
 	lister  corelisters.NodeLister
+	nodes   nodeAPI
 	m       metrics
 
 	mu       sync.Mutex
@@ -101,7 +102,7 @@ func New(o Options) *Syncer {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Syncer{o: o, trigger: make(chan struct{}, 1), tick: make(chan struct{}, 1), m: newMetrics(o.Registerer)}
+	return &Syncer{o: o, trigger: make(chan struct{}, 1), tick: make(chan struct{}, 1), nodes: newNodeAPI(o.Client), m: newMetrics(o.Registerer)}
 }
 
 // Trigger asks for a sync soon; it never blocks.
@@ -172,7 +173,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 			}
 		}
 		if err := s.SyncOnce(ctx); err != nil {
-			delay := retry.Step()
+			delay := retryDelay(retry, err)
 			s.o.Log.Warn("node status sync failed; retrying", "err", err, "retry_in", delay)
 			time.AfterFunc(delay, s.Trigger)
 			continue
@@ -184,6 +185,22 @@ func (s *Syncer) Run(ctx context.Context) error {
 // newBackoff is the kubelet's registration backoff: 100 ms doubling to 7 s.
 func newBackoff() *wait.Backoff {
 	return &wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: 7 * time.Second}
+}
+
+// retryDelay is how long to wait after err: the backoff's next step, or
+// after a refusal as too many requests (429) at least the server's
+// Retry-After, and then up to as long again at random. A whole fleet is
+// refused at once (an API server restart, every agent starting); spread,
+// its retries find the server ready instead of refusing them again.
+func retryDelay(b *wait.Backoff, err error) time.Duration {
+	d := b.Step()
+	if !apierrors.IsTooManyRequests(err) {
+		return d
+	}
+	if seconds, ok := apierrors.SuggestsClientDelay(err); ok {
+		d = max(d, time.Duration(seconds)*time.Second)
+	}
+	return d + rand.N(d)
 }
 
 // debounce waits until no trigger arrived for Quiet, or MaxDelay passed,
@@ -219,11 +236,11 @@ func (s *Syncer) debounce(ctx context.Context) bool {
 func (s *Syncer) waitForNode(ctx context.Context) error {
 	b := newBackoff()
 	for {
-		_, err := s.o.Client.CoreV1().Nodes().Get(ctx, s.o.NodeName, metav1.GetOptions{})
+		_, err := s.nodes.Get(ctx, s.o.NodeName)
 		if err == nil {
 			return nil
 		}
-		delay := b.Step()
+		delay := retryDelay(b, err)
 		s.setError(fmt.Sprintf("waiting for Node %s: %v", s.o.NodeName, err))
 		s.o.Log.Info("waiting for the Node to exist", "node", s.o.NodeName, "err", err, "retry_in", delay)
 		select {
@@ -264,8 +281,7 @@ func (s *Syncer) SyncOnce(ctx context.Context) error {
 		s.markSynced()
 		return nil
 	}
-	updated, err := s.o.Client.CoreV1().Nodes().Patch(ctx, s.o.NodeName, types.StrategicMergePatchType, patch,
-		metav1.PatchOptions{FieldManager: "nodeconfig-statusd"}, "status")
+	updated, err := s.nodes.PatchStatus(ctx, s.o.NodeName, patch)
 	if err != nil {
 		return s.patchFailed(err)
 	}

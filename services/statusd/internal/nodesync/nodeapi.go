@@ -1,0 +1,62 @@
+package nodesync
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+)
+
+// nodeAPI is what the syncer asks of the API server itself; all else comes
+// from its informer.
+type nodeAPI interface {
+	Get(ctx context.Context, name string) (*corev1.Node, error)
+	PatchStatus(ctx context.Context, name string, patch []byte) (*corev1.Node, error)
+}
+
+const fieldManager = "nodeconfig-statusd"
+
+// newNodeAPI calls the API server without client-go's own retries. Those
+// wait exactly the Retry-After second of a refusal (429) and try again, up
+// to ten times in each call, so a fleet refused together comes back
+// together, second after second; the syncer backs off itself, with jitter
+// (retryDelay). client-go's fake clientset has no REST client (and no
+// retries): its typed client is called instead.
+func newNodeAPI(c kubernetes.Interface) nodeAPI {
+	if rc, ok := c.CoreV1().RESTClient().(*rest.RESTClient); ok && rc != nil {
+		return onceNodes{rc}
+	}
+	return typedNodes{c}
+}
+
+// onceNodes sends each call once.
+type onceNodes struct{ c rest.Interface }
+
+func (o onceNodes) Get(ctx context.Context, name string) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	err := o.c.Get().Resource("nodes").Name(name).MaxRetries(0).Do(ctx).Into(node)
+	return node, err
+}
+
+func (o onceNodes) PatchStatus(ctx context.Context, name string, patch []byte) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	err := o.c.Patch(types.StrategicMergePatchType).Resource("nodes").Name(name).SubResource("status").
+		VersionedParams(&metav1.PatchOptions{FieldManager: fieldManager}, scheme.ParameterCodec).
+		Body(patch).MaxRetries(0).Do(ctx).Into(node)
+	return node, err
+}
+
+type typedNodes struct{ c kubernetes.Interface }
+
+func (t typedNodes) Get(ctx context.Context, name string) (*corev1.Node, error) {
+	return t.c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+}
+
+func (t typedNodes) PatchStatus(ctx context.Context, name string, patch []byte) (*corev1.Node, error) {
+	return t.c.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch,
+		metav1.PatchOptions{FieldManager: fieldManager}, "status")
+}

@@ -1,0 +1,94 @@
+package nodesync
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// A refusal as too many requests reaches the syncer after one request (not
+// client-go's eleven, a second apart), and the syncer's wait is at least the
+// server's Retry-After and differs from one agent to the next.
+func TestRefusalIsRetriedBySyncerWithJitter(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		// What the API server's in-flight limit answers.
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := newNodeAPI(client)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for name, call := range map[string]func() error{
+		"get":   func() error { _, err := nodes.Get(ctx, "n"); return err },
+		"patch": func() error { _, err := nodes.PatchStatus(ctx, "n", []byte(`{}`)); return err },
+	} {
+		requests.Store(0)
+		err := call()
+		if !apierrors.IsTooManyRequests(err) {
+			t.Fatalf("%s: got %v, want a refusal as too many requests", name, err)
+		}
+		if n := requests.Load(); n != 1 {
+			t.Fatalf("%s: the API server saw %d requests, want 1", name, n)
+		}
+		seen := map[time.Duration]bool{}
+		for range 100 {
+			d := retryDelay(newBackoff(), err)
+			if d < time.Second || d >= 2*time.Second {
+				t.Fatalf("%s: first retry in %v, want within [1s, 2s): at least the Retry-After, at most twice", name, d)
+			}
+			seen[d.Truncate(100*time.Millisecond)] = true
+		}
+		if len(seen) < 5 {
+			t.Errorf("%s: 100 agents' first retries fell in %d tenths of a second, want them spread", name, len(seen))
+		}
+	}
+}
+
+// Other failures keep the plain backoff: a patch the server rejects is not
+// held back by a second.
+func TestOtherFailuresKeepTheBackoff(t *testing.T) {
+	err := apierrors.NewInternalError(context.DeadlineExceeded)
+	if d := retryDelay(newBackoff(), err); d >= 200*time.Millisecond {
+		t.Fatalf("first retry after a server error in %v, want the backoff's 100 ms (jittered 10%%)", d)
+	}
+}
+
+// The patch goes to the status subresource as statusd's field manager, the
+// same request client-go's typed client sends.
+func TestPatchStatusRequest(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPatch || r.URL.Path != "/api/v1/nodes/n/status" ||
+			r.URL.Query().Get("fieldManager") != fieldManager || r.Header.Get("Content-Type") != "application/strategic-merge-patch+json" {
+			http.Error(w, r.Method+" "+r.URL.String()+" "+r.Header.Get("Content-Type"), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"Node","apiVersion":"v1","metadata":{"name":"n","resourceVersion":"7"}}`))
+	}))
+	defer srv.Close()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := newNodeAPI(client).PatchStatus(context.Background(), "n", []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Name != "n" || node.ResourceVersion != "7" {
+		t.Fatalf("got %s at %s, want the Node the server answered", node.Name, node.ResourceVersion)
+	}
+}
