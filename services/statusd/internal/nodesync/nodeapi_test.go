@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,13 +68,14 @@ func TestOtherFailuresKeepTheBackoff(t *testing.T) {
 	}
 }
 
-// The patch goes to the status subresource as statusd's field manager, the
-// same request client-go's typed client sends.
+// The patch goes to the status subresource as statusd's field manager and
+// asks for protobuf first, the same request client-go's typed client sends.
 func TestPatchStatusRequest(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPatch || r.URL.Path != "/api/v1/nodes/n/status" ||
-			r.URL.Query().Get("fieldManager") != fieldManager || r.Header.Get("Content-Type") != "application/strategic-merge-patch+json" {
-			http.Error(w, r.Method+" "+r.URL.String()+" "+r.Header.Get("Content-Type"), http.StatusBadRequest)
+			r.URL.Query().Get("fieldManager") != fieldManager || r.Header.Get("Content-Type") != "application/strategic-merge-patch+json" ||
+			!strings.HasPrefix(r.Header.Get("Accept"), "application/vnd.kubernetes.protobuf") {
+			http.Error(w, r.Method+" "+r.URL.String()+" "+r.Header.Get("Content-Type")+" accepting "+r.Header.Get("Accept"), http.StatusBadRequest)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
