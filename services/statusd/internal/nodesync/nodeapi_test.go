@@ -47,11 +47,16 @@ func TestRefusalIsRetriedBySyncerWithJitter(t *testing.T) {
 		}
 		seen := map[time.Duration]bool{}
 		for range 100 {
-			d := retryDelay(newBackoff(), err)
-			if d < time.Second || d >= 2*time.Second {
-				t.Fatalf("%s: first retry in %v, want within [1s, 2s): at least the Retry-After, at most twice", name, d)
+			b := newBackoff()
+			d := retryDelay(b, err)
+			if d < time.Second || d >= 2200*time.Millisecond {
+				t.Fatalf("%s: first retry in %v, want within [1s, 2.2s): at least the Retry-After, at most twice (and the backoff's 10%% jitter)", name, d)
 			}
 			seen[d.Truncate(100*time.Millisecond)] = true
+			// Refused again, it waits about twice as long.
+			if d := retryDelay(b, err); d < 2*time.Second || d >= 4400*time.Millisecond {
+				t.Fatalf("%s: second retry in %v, want within [2s, 4.4s)", name, d)
+			}
 		}
 		if len(seen) < 5 {
 			t.Errorf("%s: 100 agents' first retries fell in %d tenths of a second, want them spread", name, len(seen))

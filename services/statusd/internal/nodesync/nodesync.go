@@ -188,18 +188,20 @@ func newBackoff() *wait.Backoff {
 }
 
 // retryDelay is how long to wait after err: the backoff's next step, or
-// after a refusal as too many requests (429) at least the server's
-// Retry-After, and then up to as long again at random. A whole fleet is
-// refused at once (an API server restart, every agent starting); spread,
-// its retries find the server ready instead of refusing them again.
+// after a refusal as too many requests (429) a step that starts at the
+// server's Retry-After and doubles, and then up to as long again at random.
+// A whole fleet is refused at once (an API server restart, every agent
+// starting, every node promoted a soak after one change); spread, and
+// wider each time, its retries find the server ready instead of refusing
+// them again.
 func retryDelay(b *wait.Backoff, err error) time.Duration {
-	d := b.Step()
 	if !apierrors.IsTooManyRequests(err) {
-		return d
+		return b.Step()
 	}
 	if seconds, ok := apierrors.SuggestsClientDelay(err); ok {
-		d = max(d, time.Duration(seconds)*time.Second)
+		b.Duration = max(b.Duration, time.Duration(seconds)*time.Second)
 	}
+	d := b.Step()
 	return d + rand.N(d)
 }
 
