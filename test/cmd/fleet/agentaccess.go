@@ -26,7 +26,7 @@ const (
 // into agentNamespace as an install does: the agents' ServiceAccount, its
 // RBAC, the admission policy that lets it write only its own Node's
 // condition and annotation, and the priority level its requests queue in
-// (with -priority-and-fairness; without, the API server has no queues).
+// (without -priority-and-fairness the API server has no queues).
 func installAgentAccess(ctx context.Context, kubeconfig string) error {
 	root, err := proc.RepoRoot()
 	if err != nil {
