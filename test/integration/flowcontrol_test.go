@@ -83,7 +83,9 @@ func classify(ctx context.Context, client *http.Client, method, url, body string
 	if err != nil {
 		return classification{}, err
 	}
-	req.Header.Set("Content-Type", "application/strategic-merge-patch+json")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/strategic-merge-patch+json")
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return classification{}, err

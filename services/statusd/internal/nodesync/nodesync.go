@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -201,8 +200,7 @@ func retryDelay(b *wait.Backoff, err error) time.Duration {
 	if seconds, ok := apierrors.SuggestsClientDelay(err); ok {
 		b.Duration = max(b.Duration, time.Duration(seconds)*time.Second)
 	}
-	d := b.Step()
-	return d + rand.N(d)
+	return wait.Jitter(b.Step(), 1)
 }
 
 // debounce waits until no trigger arrived for Quiet, or MaxDelay passed,
