@@ -2,20 +2,44 @@ package nodesync
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 )
 
-// nodeAPI is what the syncer asks of the API server itself; all else comes
-// from its informer.
+// nodeAPI is every call the syncer makes to the API server: its reads and
+// patches, and its informer's list and watch.
 type nodeAPI interface {
 	Get(ctx context.Context, name string) (*corev1.Node, error)
 	PatchStatus(ctx context.Context, name string, patch []byte) (*corev1.Node, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// ownNodeListWatch lists and watches only the Node named name (least
+// privilege and least traffic) through api. A refused list or watch comes
+// back to the informer's reflector, whose own backoff is jittered.
+func ownNodeListWatch(api nodeAPI, name string, client kubernetes.Interface) cache.ListerWatcher {
+	only := fields.OneTermEqualSelector("metadata.name", name).String()
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = only
+			return api.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = only
+			return api.Watch(ctx, opts)
+		},
+	}, client)
 }
 
 const fieldManager = "nodeconfig-statusd"
@@ -51,6 +75,28 @@ func (o onceNodes) PatchStatus(ctx context.Context, name string, patch []byte) (
 	return node, err
 }
 
+func (o onceNodes) List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
+	list := &corev1.NodeList{}
+	err := o.c.Get().UseProtobufAsDefault().Resource("nodes").VersionedParams(&opts, scheme.ParameterCodec).
+		Timeout(timeoutOf(opts)).MaxRetries(0).Do(ctx).Into(list)
+	return list, err
+}
+
+func (o onceNodes) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return o.c.Get().UseProtobufAsDefault().Resource("nodes").VersionedParams(&opts, scheme.ParameterCodec).
+		Timeout(timeoutOf(opts)).MaxRetries(0).Watch(ctx)
+}
+
+// timeoutOf is the client-side timeout client-go's typed client sets from
+// the options' server-side one.
+func timeoutOf(opts metav1.ListOptions) time.Duration {
+	if opts.TimeoutSeconds == nil {
+		return 0
+	}
+	return time.Duration(*opts.TimeoutSeconds) * time.Second
+}
+
 type typedNodes struct{ c kubernetes.Interface }
 
 func (t typedNodes) Get(ctx context.Context, name string) (*corev1.Node, error) {
@@ -60,4 +106,12 @@ func (t typedNodes) Get(ctx context.Context, name string) (*corev1.Node, error) 
 func (t typedNodes) PatchStatus(ctx context.Context, name string, patch []byte) (*corev1.Node, error) {
 	return t.c.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch,
 		metav1.PatchOptions{FieldManager: fieldManager}, "status")
+}
+
+func (t typedNodes) List(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
+	return t.c.CoreV1().Nodes().List(ctx, opts)
+}
+
+func (t typedNodes) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	return t.c.CoreV1().Nodes().Watch(ctx, opts)
 }

@@ -10,17 +10,23 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 )
 
-// A refusal as too many requests reaches the syncer after one request (not
-// client-go's eleven, a second apart), and the syncer's wait is at least the
+// A refusal as too many requests reaches the syncer, or its informer's
+// reflector, after one request (not client-go's eleven, a second apart), and
+// the syncer's wait is at least the
 // server's Retry-After and differs from one agent to the next.
 func TestRefusalIsRetriedBySyncerWithJitter(t *testing.T) {
-	var requests atomic.Int32
+	var requests, unselected atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
+		if r.URL.Path == "/api/v1/nodes" && r.URL.Query().Get("fieldSelector") != "metadata.name=n" {
+			unselected.Add(1)
+		}
 		// What the API server's in-flight limit answers.
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)
@@ -31,11 +37,15 @@ func TestRefusalIsRetriedBySyncerWithJitter(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes := newNodeAPI(client)
+	// The informer's list and watch, as its reflector makes them.
+	informer := cache.ToListerWatcherWithContext(ownNodeListWatch(nodes, "n", client))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for name, call := range map[string]func() error{
 		"get":   func() error { _, err := nodes.Get(ctx, "n"); return err },
 		"patch": func() error { _, err := nodes.PatchStatus(ctx, "n", []byte(`{}`)); return err },
+		"list":  func() error { _, err := informer.ListWithContext(ctx, metav1.ListOptions{}); return err },
+		"watch": func() error { _, err := informer.WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: "5"}); return err },
 	} {
 		requests.Store(0)
 		err := call()
@@ -44,6 +54,9 @@ func TestRefusalIsRetriedBySyncerWithJitter(t *testing.T) {
 		}
 		if n := requests.Load(); n != 1 {
 			t.Fatalf("%s: the API server saw %d requests, want 1", name, n)
+		}
+		if n := unselected.Load(); n != 0 {
+			t.Fatalf("%s: %d requests for Nodes other than statusd's own", name, n)
 		}
 		seen := map[time.Duration]bool{}
 		for range 100 {

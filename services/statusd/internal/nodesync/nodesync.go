@@ -20,10 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -133,14 +130,9 @@ func (s *Syncer) Run(ctx context.Context) error {
 	if err := s.waitForNode(ctx); err != nil {
 		return err
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(s.o.Client, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			// Only our own Node: least privilege and least traffic.
-			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", s.o.NodeName).String()
-		}))
-	nodes := factory.Core().V1().Nodes()
-	s.lister = nodes.Lister()
-	_, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	informer := cache.NewSharedIndexInformer(ownNodeListWatch(s.nodes, s.o.NodeName, s.o.Client), &corev1.Node{}, 0, cache.Indexers{})
+	s.lister = corelisters.NewNodeLister(informer.GetIndexer())
+	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { s.Trigger() },
 		UpdateFunc: func(any, any) { s.Trigger() },
 		DeleteFunc: func(any) { s.Trigger() },
@@ -148,9 +140,11 @@ func (s *Syncer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), nodes.Informer().HasSynced) {
+	informing, stopInformer := context.WithCancel(ctx)
+	var informerDone sync.WaitGroup
+	informerDone.Go(func() { informer.RunWithContext(informing) })
+	defer func() { stopInformer(); informerDone.Wait() }()
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		return ctx.Err()
 	}
 	go wait.JitterUntil(s.periodic, s.o.SyncPeriod, 0.04, true, ctx.Done())
