@@ -45,7 +45,10 @@ func TestRefusalIsRetriedBySyncerWithJitter(t *testing.T) {
 		"get":   func() error { _, err := nodes.Get(ctx, "n"); return err },
 		"patch": func() error { _, err := nodes.PatchStatus(ctx, "n", []byte(`{}`)); return err },
 		"list":  func() error { _, err := informer.ListWithContext(ctx, metav1.ListOptions{}); return err },
-		"watch": func() error { _, err := informer.WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: "5"}); return err },
+		"watch": func() error {
+			_, err := informer.WatchWithContext(ctx, metav1.ListOptions{ResourceVersion: "5"})
+			return err
+		},
 	} {
 		requests.Store(0)
 		err := call()
