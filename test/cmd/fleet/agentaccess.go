@@ -45,26 +45,36 @@ func installAgentAccess(ctx context.Context, kubeconfig string) error {
 }
 
 // nodeTokens mints, for nodes from to to-1, the agents' ServiceAccount
-// token bound to each node's Node, as a pod's projected token is bound to
-// the node it runs on: the API server adds the node's name to the user,
-// and the admission policy checks it. The tokens last the run (an hour).
+// token bound to each node's Node (boundTokens).
 func nodeTokens(ctx context.Context, kube *rest.Config, from, to int) ([]string, error) {
+	names := make([]string, to-from)
+	for k := range names {
+		names[k] = nodeName(from + k)
+	}
+	return boundTokens(ctx, kube, names)
+}
+
+// boundTokens mints the agents' ServiceAccount token bound to each of the
+// Nodes named, as a pod's projected token is bound to the node it runs
+// on: the API server adds the node's name to the user, and the admission
+// policy checks it. The tokens last the run (an hour).
+func boundTokens(ctx context.Context, kube *rest.Config, names []string) ([]string, error) {
 	cfg := rest.CopyConfig(kube)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	admin, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	tokens := make([]string, to-from)
-	err = forEach(to-from, 32, func(k int) error {
+	tokens := make([]string, len(names))
+	err = forEach(len(names), 32, func(k int) error {
 		tr, err := admin.CoreV1().ServiceAccounts(agentNamespace).CreateToken(ctx, agentAccount, &authenticationv1.TokenRequest{
 			Spec: authenticationv1.TokenRequestSpec{
-				BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: nodeName(from + k)},
+				BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: names[k]},
 				ExpirationSeconds: new(int64(3600)),
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {
-			return fmt.Errorf("token of %s bound to its Node: %w", nodeName(from+k), err)
+			return fmt.Errorf("token bound to Node %s: %w", names[k], err)
 		}
 		tokens[k] = tr.Status.Token
 		return nil

@@ -262,12 +262,30 @@ func run(o options) (err error) {
 
 	// The API server's write ceiling, with the agents watching their
 	// Nodes, before anything of nodeconfig's writes.
-	var ceiling float64
+	var writeFloor float64 // Node writes a second: the change's floor
 	if o.ceiling > 0 {
-		if ceiling, _, err = writeCeiling(ctx, c.Config, n, o.ceiling); err != nil {
+		writers, closeConns, err := adminWriters(c.Config, n)
+		if err != nil {
 			return err
 		}
-		fmt.Printf("  API server write ceiling: %.0f Node writes/s (%d writers, merge patches of the status, %v)\n", ceiling, min(ceilingWriters, n), o.ceiling)
+		probe, err := writeCeiling(ctx, writers, o.ceiling, c.APIServer.Pid())
+		closeConns()
+		if err != nil {
+			return err
+		}
+		writeFloor = probe.perSecond
+		fmt.Printf("  API server write ceiling: %.0f Node writes/s, %.0f µs of its CPU each (%d writers, the admin's merge patches of the status, %v)\n",
+			probe.perSecond, probe.cpuPerWrite, len(writers), o.ceiling)
+		if o.auth {
+			// The change's writes are the agents': the floor is theirs.
+			probe, err := agentCeiling(ctx, admin, c.Config, o.ceiling, c.APIServer.Pid())
+			if err != nil {
+				return err
+			}
+			writeFloor = probe.perSecond
+			fmt.Printf("    as the agents write: %.0f Node writes/s, %.0f µs of its CPU each (%d writers taking turns over %d agents, each with its token bound to a Node of its own, its connection, its watch of the Node, and statusd's patches of its status through the admission policy, %v)\n",
+				probe.perSecond, probe.cpuPerWrite, ceilingWriters, ceilingWriters*probeNodesPerWriter, o.ceiling)
+		}
 		if policy != nil && o.policyCost {
 			cost, err := measurePolicyCost(ctx, c.Config, admin, policy, n, c.APIServer.Pid(), o.ceiling)
 			if err != nil {
@@ -408,10 +426,10 @@ func run(o options) (err error) {
 	// One statusd write a node shows the new config active: the fleet's
 	// change takes at least sel of them at the ceiling.
 	var floor float64
-	if ceiling > 0 {
-		floor = float64(sel) / ceiling
+	if writeFloor > 0 {
+		floor = float64(sel) / writeFloor
 		fmt.Printf("    the API server's floor for it: %.2f s (%d writes at %.0f/s); all active in %.2f x that\n",
-			floor, sel, ceiling, change.all().Seconds()/floor)
+			floor, sel, writeFloor, change.all().Seconds()/floor)
 	}
 	perThousand := change.all().Seconds() / (float64(sel) / 1000)
 	fmt.Printf("    %.2f s per 1,000 nodes\n", perThousand)
@@ -488,8 +506,8 @@ func run(o options) (err error) {
 	line := fmt.Sprintf("BenchmarkFleet/nodes=%d%s 1 %d ns/op %.2f all-active-s %.2f first-rollout-s %d p50-ms %d p99-ms %d reconciler-peak-rss-MiB %.2f writes/node/change",
 		n, path, change.all().Nanoseconds(), change.all().Seconds(), first.all().Seconds(), change.pct(50).Milliseconds(), change.pct(99).Milliseconds(), mem.peak>>10,
 		float64(writesAfter-writesBefore)/float64(sel))
-	if ceiling > 0 {
-		line += fmt.Sprintf(" %.0f api-writes/s %.2f floor-s %.2f ratio-to-floor", ceiling, floor, change.all().Seconds()/floor)
+	if writeFloor > 0 {
+		line += fmt.Sprintf(" %.0f api-writes/s %.2f floor-s %.2f ratio-to-floor", writeFloor, floor, change.all().Seconds()/floor)
 	}
 	fmt.Printf("%s %.2f s-per-1000-nodes %.2f cpu-floor-s %.1f agents-cpu-s %.1f control-plane-cpu-s\n",
 		line, perThousand, cpu.floor(), cpu.agents(), cpu.controlPlane())
@@ -655,6 +673,9 @@ func (w *activeWatch) run(ctx context.Context) {
 		node, ok := obj.(*corev1.Node)
 		if !ok {
 			return
+		}
+		if _, fleet := node.Labels[label]; !fleet {
+			return // the write probe's Nodes are not the fleet's
 		}
 		raw, ok := node.Annotations[v1alpha1.NodeAnnotationConfigStatus]
 		if !ok {

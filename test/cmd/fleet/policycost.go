@@ -62,22 +62,16 @@ func measurePolicyCost(ctx context.Context, kube *rest.Config, admin kubernetes.
 	return p, probe.wait(ctx, true)
 }
 
-// apiServerCPUPerWrite runs the write probe and divides the API server's
-// CPU time over it by the writes it made.
+// apiServerCPUPerWrite runs the admin's write probe and divides the API
+// server's CPU time over it by the writes it made.
 func apiServerCPUPerWrite(ctx context.Context, kube *rest.Config, n, pid int, window time.Duration) (float64, error) {
-	before, err := procStat(pid)
+	writers, closeConns, err := adminWriters(kube, n)
 	if err != nil {
 		return 0, err
 	}
-	_, writes, err := writeCeiling(ctx, kube, n, window)
-	if err != nil {
-		return 0, err
-	}
-	after, err := procStat(pid)
-	if err != nil {
-		return 0, err
-	}
-	return (after.CPUTime() - before.CPUTime()) / float64(writes) * 1e6, nil
+	defer closeConns()
+	c, err := writeCeiling(ctx, writers, window, pid)
+	return c.cpuPerWrite, err
 }
 
 // policyProbe tells whether the agents' admission policy is in force: it
