@@ -32,6 +32,10 @@ import (
 //	   transaction.
 const SchemaVersion = 2
 
+// initialMap is how much of the file bbolt maps at open, as etcd maps
+// far more than its file: a store of checkpoints stays well under it.
+const initialMap = 64 << 20
+
 var (
 	bucketMeta       = []byte("meta")
 	bucketPayloads   = []byte("payloads.v2")
@@ -104,7 +108,10 @@ func Open(path string, opts Options) (s *Store, err error) {
 			s, err = nil, fmt.Errorf("%w: %s: %v; it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path, r)
 		}
 	}()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: opts.NoSync})
+	// The map covers initialMap from the start: growing it remaps the file
+	// (every page faults in again) while the writers wait. It is address
+	// space, not memory: only the pages of the file are ever touched.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: opts.NoSync, InitialMmapSize: initialMap})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("open store %s: another process holds its lock", path)
