@@ -109,8 +109,8 @@ func Open(path string, opts Options) (s *Store, err error) {
 		}
 	}()
 	// The map covers initialMap from the start: growing it remaps the file
-	// (every page faults in again) while the writers wait. It is address
-	// space, not memory: only the pages of the file are ever touched.
+	// inside a commit, which the puts queued behind it wait for. It is
+	// address space, not memory: only the pages of the file are touched.
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: opts.NoSync, InitialMmapSize: initialMap})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
