@@ -12,13 +12,11 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"nodeconfig.io/services/servekit/kubeapi"
 )
 
 // Ref names one ConfigMap.
@@ -86,18 +84,8 @@ func (w *Watcher) Sync(ctx context.Context, refs []Ref) {
 }
 
 func (w *Watcher) start(ctx context.Context, r Ref) *cmWatch {
-	selector := fields.OneTermEqualSelector("metadata.name", r.Name).String()
 	cms := w.kube.CoreV1().ConfigMaps(r.Namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return cms.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return cms.Watch(ctx, o)
-		},
-	}
+	lw := kubeapi.OneObject(r.Name, cms.List, cms.Watch)
 	cw := &cmWatch{informer: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})}
 	if w.transform != nil {
 		_ = cw.informer.SetTransform(w.transform)

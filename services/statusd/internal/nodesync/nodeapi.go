@@ -6,14 +6,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"nodeconfig.io/services/servekit/kubeapi"
 )
 
 // nodeAPI is every call the syncer makes to the API server: its reads and
@@ -25,21 +25,11 @@ type nodeAPI interface {
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
-// ownNodeListWatch lists and watches only the Node named name (least
-// privilege and least traffic) through api. A refused list or watch comes
-// back to the informer's reflector, whose own backoff is jittered.
+// ownNodeListWatch lists and watches only the Node named name through api.
+// A refused list or watch comes back to the informer's reflector, whose
+// own backoff is jittered.
 func ownNodeListWatch(api nodeAPI, name string, client kubernetes.Interface) cache.ListerWatcher {
-	only := fields.OneTermEqualSelector("metadata.name", name).String()
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = only
-			return api.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = only
-			return api.Watch(ctx, opts)
-		},
-	}, client)
+	return cache.ToListWatcherWithWatchListSemantics(kubeapi.OneObject(name, api.List, api.Watch), client)
 }
 
 const fieldManager = "nodeconfig-statusd"
