@@ -86,48 +86,54 @@ func writeCeiling(ctx context.Context, writers []ceilingWrite, window time.Durat
 	}, nil
 }
 
+// idleConns closes the probe's connections once their requests are over.
+type idleConns []func()
+
+func (c idleConns) close() {
+	for _, closeIdle := range c {
+		closeIdle()
+	}
+}
+
 // probeClient is base without a client-side rate limit, over a
-// connection of its own (closed by close once idle), under a user agent
-// that is not nodeconfig's: the write counts never see it, and it runs
-// before they start.
-func probeClient(base *rest.Config) (client kubernetes.Interface, close func(), err error) {
+// connection of its own (closed by conns.close once idle), under a user
+// agent that is not nodeconfig's: the write counts never see it, and it
+// runs before they start.
+func probeClient(base *rest.Config, conns *idleConns) (kubernetes.Interface, error) {
 	cfg := rest.CopyConfig(base)
 	cfg.QPS, cfg.Burst = -1, 0
 	cfg.UserAgent = "fleet-ceiling-probe"
 	cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil } // not client-go's shared transport
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if client, err = kubernetes.NewForConfigAndClient(cfg, httpClient); err != nil {
-		return nil, nil, err
+	client, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, err
 	}
 	// client-go's round trippers wrap the transport without passing
 	// CloseIdleConnections on: closed through them, nothing would close.
-	return client, func() { utilnet.CloseIdleConnectionsFor(httpClient.Transport) }, nil
+	*conns = append(*conns, func() { utilnet.CloseIdleConnectionsFor(httpClient.Transport) })
+	return client, nil
 }
 
-// adminWriters are ceilingWriters goroutines (at most one a Node, two on
-// one Node would wait for each other) over ceilingConns connections,
-// patching one annotation of the fleet's n Nodes round robin through the
-// status subresource, as the admin: no token review, no admission policy.
-func adminWriters(base *rest.Config, n int) (writers []ceilingWrite, closeConns func(), err error) {
+// adminCeiling is the write ceiling of ceilingWriters goroutines (at most
+// one a Node, two on one Node would wait for each other) over
+// ceilingConns connections, patching one annotation of the fleet's n
+// Nodes round robin through the status subresource, as the admin: no
+// token review, no admission policy.
+func adminCeiling(ctx context.Context, base *rest.Config, n int, window time.Duration, apiServer int) (ceiling, error) {
+	var conns idleConns
+	defer func() { conns.close() }()
 	clients := make([]kubernetes.Interface, ceilingConns)
-	closers := make([]func(), 0, len(clients))
-	closeConns = func() {
-		for _, c := range closers {
-			c()
-		}
-	}
 	for i := range clients {
-		var closeIdle func()
-		if clients[i], closeIdle, err = probeClient(base); err != nil {
-			closeConns()
-			return nil, nil, err
+		var err error
+		if clients[i], err = probeClient(base, &conns); err != nil {
+			return ceiling{}, err
 		}
-		closers = append(closers, closeIdle)
 	}
-	writers = make([]ceilingWrite, min(ceilingWriters, n))
+	writers := make([]ceilingWrite, min(ceilingWriters, n))
 	for w := range writers {
 		client := clients[w%len(clients)]
 		writers[w] = func(ctx context.Context, i int64) error {
@@ -136,7 +142,7 @@ func adminWriters(base *rest.Config, n int) (writers []ceilingWrite, closeConns 
 			return err
 		}
 	}
-	return writers, closeConns, nil
+	return writeCeiling(ctx, writers, window, apiServer)
 }
 
 // probeNodesPerWriter: the agents' probe writes each Node once in so many
@@ -164,14 +170,12 @@ func agentWriters(ctx context.Context, admin kubernetes.Interface, base *rest.Co
 		names[k] = probeNodeName(k)
 	}
 	watching, stopWatching := context.WithCancel(ctx)
-	var closers []func()
+	var conns idleConns
 	var drained sync.WaitGroup
 	cleanup := func() {
 		stopWatching()
 		drained.Wait() // each watch's stream is over, its connection idle
-		for _, closeIdle := range closers {
-			closeIdle()
-		}
+		conns.close()
 		_ = forEach(len(names), 32, func(k int) error {
 			_ = admin.CoreV1().Nodes().Delete(context.Background(), names[k], metav1.DeleteOptions{})
 			return nil
@@ -191,12 +195,11 @@ func agentWriters(ctx context.Context, admin kubernetes.Interface, base *rest.Co
 	}
 	patches := make([]func(ctx context.Context, i int64) error, len(names))
 	for k, name := range names {
-		client, closeIdle, err := probeClient(asAgent(base, tokens[k]))
+		client, err := probeClient(asAgent(base, tokens[k]), &conns)
 		if err != nil {
 			cleanup()
 			return nil, nil, err
 		}
-		closers = append(closers, closeIdle)
 		// As statusd watches its own Node: every write is also an event
 		// the API server sends to that Node's watcher.
 		watch, err := client.CoreV1().Nodes().Watch(watching, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
@@ -233,8 +236,8 @@ func agentWriters(ctx context.Context, admin kubernetes.Interface, base *rest.Co
 // annotation and NodeConfigReady condition.
 func statusPatch(i int64) ([]byte, error) {
 	src := &corev1.NodeConfigSource{ConfigMap: &corev1.ConfigMapNodeConfigSource{
-		Namespace: namespace, Name: "fleet-config", UID: "00000000-0000-0000-0000-000000000000",
-		ResourceVersion: strconv.FormatInt(i, 10), KubeletConfigKey: "kubelet",
+		Namespace: namespace, Name: configMapName, UID: "00000000-0000-0000-0000-000000000000",
+		ResourceVersion: strconv.FormatInt(i, 10), KubeletConfigKey: configMapKey,
 	}}
 	status, err := json.Marshal(corev1.NodeConfigStatus{Assigned: src, Active: src, LastKnownGood: src})
 	if err != nil {
@@ -245,7 +248,7 @@ func statusPatch(i int64) ([]byte, error) {
 		"metadata": map[string]any{"annotations": map[string]string{v1alpha1.NodeAnnotationConfigStatus: string(status)}},
 		"status": map[string]any{"conditions": []corev1.NodeCondition{{
 			Type: v1alpha1.NodeConditionConfigReady, Status: corev1.ConditionTrue, Reason: "Soaking",
-			Message:           fmt.Sprintf("%s/fleet-config (resourceVersion %d) is active and on trial", namespace, i),
+			Message:           fmt.Sprintf("ConfigMap %s/%s key %s (resourceVersion %d) is active and on trial", namespace, configMapName, configMapKey, i),
 			LastHeartbeatTime: now, LastTransitionTime: now,
 		}}},
 	})

@@ -264,18 +264,21 @@ func run(o options) (err error) {
 	// Nodes, before anything of nodeconfig's writes.
 	var writeFloor float64 // Node writes a second: the change's floor
 	if o.ceiling > 0 {
-		writers, closeConns, err := adminWriters(c.Config, n)
-		if err != nil {
-			return err
-		}
-		probe, err := writeCeiling(ctx, writers, o.ceiling, c.APIServer.Pid())
-		closeConns()
+		probe, err := adminCeiling(ctx, c.Config, n, o.ceiling, c.APIServer.Pid())
 		if err != nil {
 			return err
 		}
 		writeFloor = probe.perSecond
 		fmt.Printf("  API server write ceiling: %.0f Node writes/s, %.0f µs of its CPU each (%d writers, the admin's merge patches of the status, %v)\n",
-			probe.perSecond, probe.cpuPerWrite, len(writers), o.ceiling)
+			probe.perSecond, probe.cpuPerWrite, min(ceilingWriters, n), o.ceiling)
+		if policy != nil && o.policyCost {
+			// The probe just run is the policy-bound half.
+			cost, err := measurePolicyCost(ctx, c.Config, admin, policy, n, c.APIServer.Pid(), o.ceiling, probe.cpuPerWrite)
+			if err != nil {
+				return fmt.Errorf("the agents' policy's cost: %w", err)
+			}
+			fmt.Printf("    %v\n", cost)
+		}
 		if o.auth {
 			// The change's writes are the agents': the floor is theirs.
 			probe, err := agentCeiling(ctx, admin, c.Config, o.ceiling, c.APIServer.Pid())
@@ -285,13 +288,6 @@ func run(o options) (err error) {
 			writeFloor = probe.perSecond
 			fmt.Printf("    as the agents write: %.0f Node writes/s, %.0f µs of its CPU each (%d writers taking turns over %d agents, each with its token bound to a Node of its own, its connection, its watch of the Node, and statusd's patches of its status through the admission policy, %v)\n",
 				probe.perSecond, probe.cpuPerWrite, ceilingWriters, ceilingWriters*probeNodesPerWriter, o.ceiling)
-		}
-		if policy != nil && o.policyCost {
-			cost, err := measurePolicyCost(ctx, c.Config, admin, policy, n, c.APIServer.Pid(), o.ceiling)
-			if err != nil {
-				return fmt.Errorf("the agents' policy's cost: %w", err)
-			}
-			fmt.Printf("    %v\n", cost)
 		}
 	}
 
@@ -563,10 +559,16 @@ func forEach(n, par int, fn func(i int) error) error {
 	return g.Wait()
 }
 
+// The fleet's kubelet config: the ConfigMap the NodeConfig names, and its key.
+const (
+	configMapName = "kubelet"
+	configMapKey  = "config.yaml"
+)
+
 func configMap(v int) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubelet", Namespace: namespace},
-		Data:       map[string]string{"config.yaml": fmt.Sprintf("maxPods: %d\nlogging:\n  verbosity: 2\n", 100+v)},
+		ObjectMeta: metav1.ObjectMeta{Name: configMapName, Namespace: namespace},
+		Data:       map[string]string{configMapKey: fmt.Sprintf("maxPods: %d\nlogging:\n  verbosity: 2\n", 100+v)},
 	}
 }
 
@@ -576,7 +578,7 @@ func createNodeConfig(ctx context.Context, dyn dynamic.Interface, maxInTrial str
 		"metadata": map[string]any{"name": "fleet"},
 		"spec": map[string]any{
 			"nodeSelector": map[string]any{"matchLabels": map[string]any{label: "bench"}},
-			"source":       map[string]any{"configMap": map[string]any{"namespace": namespace, "name": "kubelet", "key": "config.yaml"}},
+			"source":       map[string]any{"configMap": map[string]any{"namespace": namespace, "name": configMapName, "key": configMapKey}},
 			"soakSeconds":  int64(soak.Seconds()),
 			"rollout":      map[string]any{"maxInTrial": maxInTrial},
 		},

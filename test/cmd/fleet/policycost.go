@@ -32,12 +32,11 @@ func (p policyCost) String() string {
 		p.with, p.without, p.with-p.without)
 }
 
-func measurePolicyCost(ctx context.Context, kube *rest.Config, admin kubernetes.Interface, probe *policyProbe, n, apiServerPid int, window time.Duration) (policyCost, error) {
-	var p policyCost
-	var err error
-	if p.with, err = apiServerCPUPerWrite(ctx, kube, n, apiServerPid, window); err != nil {
-		return p, err
-	}
+// measurePolicyCost takes the API server's CPU per admin write with the
+// policy bound from the admin's probe that ran just before (with), and
+// measures it again with the policy unbound.
+func measurePolicyCost(ctx context.Context, kube *rest.Config, admin kubernetes.Interface, probe *policyProbe, n, apiServerPid int, window time.Duration, with float64) (policyCost, error) {
+	p := policyCost{with: with}
 	bindings := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
 	bound, err := bindings.Get(ctx, agentPolicy, metav1.GetOptions{})
 	if err != nil {
@@ -49,9 +48,11 @@ func measurePolicyCost(ctx context.Context, kube *rest.Config, admin kubernetes.
 	if err := probe.wait(ctx, false); err != nil {
 		return p, err
 	}
-	if p.without, err = apiServerCPUPerWrite(ctx, kube, n, apiServerPid, window); err != nil {
+	unbound, err := adminCeiling(ctx, kube, n, window, apiServerPid)
+	if err != nil {
 		return p, err
 	}
+	p.without = unbound.cpuPerWrite
 	restored := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: bound.Name, Labels: bound.Labels},
 		Spec:       bound.Spec,
@@ -60,18 +61,6 @@ func measurePolicyCost(ctx context.Context, kube *rest.Config, admin kubernetes.
 		return p, err
 	}
 	return p, probe.wait(ctx, true)
-}
-
-// apiServerCPUPerWrite runs the admin's write probe and divides the API
-// server's CPU time over it by the writes it made.
-func apiServerCPUPerWrite(ctx context.Context, kube *rest.Config, n, pid int, window time.Duration) (float64, error) {
-	writers, closeConns, err := adminWriters(kube, n)
-	if err != nil {
-		return 0, err
-	}
-	defer closeConns()
-	c, err := writeCeiling(ctx, writers, window, pid)
-	return c.cpuPerWrite, err
 }
 
 // policyProbe tells whether the agents' admission policy is in force: it

@@ -17,9 +17,9 @@ import (
 )
 
 // A refusal as too many requests reaches the syncer, or its informer's
-// reflector, after one request (not client-go's eleven, a second apart), and
-// the syncer's wait is at least the
-// server's Retry-After and differs from one agent to the next.
+// reflector, after one request (not client-go's eleven, a second apart),
+// and the syncer's wait is at least the server's Retry-After and differs
+// from one agent to the next.
 func TestRefusalIsRetriedBySyncerWithJitter(t *testing.T) {
 	var requests, unselected atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
