@@ -32,10 +32,6 @@ import (
 //	   transaction.
 const SchemaVersion = 2
 
-// initialMap is how much of the file bbolt maps at open, as etcd maps
-// far more than its file: a store of checkpoints stays well under it.
-const initialMap = 64 << 20
-
 var (
 	bucketMeta       = []byte("meta")
 	bucketPayloads   = []byte("payloads.v2")
@@ -108,10 +104,7 @@ func Open(path string, opts Options) (s *Store, err error) {
 			s, err = nil, fmt.Errorf("%w: %s: %v; it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path, r)
 		}
 	}()
-	// The map covers initialMap from the start: growing it remaps the file
-	// inside a commit, which the puts queued behind it wait for. It is
-	// address space, not memory: only the pages of the file are touched.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: opts.NoSync, InitialMmapSize: initialMap})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: opts.NoSync})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("open store %s: another process holds its lock", path)

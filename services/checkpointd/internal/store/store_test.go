@@ -195,9 +195,20 @@ func TestOpenRefusesNewerSchemaAndLeavesFileUntouched(t *testing.T) {
 }
 
 func TestOpenRefusesCorruptFilesAndKeepsThem(t *testing.T) {
+	whole := filepath.Join(t.TempDir(), "whole.db")
+	s, err := Open(whole, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	real, err := os.ReadFile(whole)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, content := range map[string][]byte{
-		"empty":   {},
-		"garbage": []byte(strings.Repeat("not a bbolt file ", 1000)),
+		"empty":             {},
+		"garbage":           []byte(strings.Repeat("not a bbolt file ", 1000)),
+		"truncated to half": real[:len(real)/2],
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "c.db")
