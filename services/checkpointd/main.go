@@ -39,6 +39,6 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.gcInterval, "gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
 	fs.DurationVar(&o.gcMinAge, "gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")
 	fs.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "kubeconfig for TokenReview with --auth=token; empty means in-cluster config")
-	fs.BoolVar(&o.noFsync, "unsafe-no-fsync", false, "skip fsync of the store (tests and benchmarks only: a crash can lose writes)")
+	fs.BoolVar(&o.noFsync, "unsafe-no-fsync", false, "skip fsync of the store and of the config file it writes (tests and benchmarks only: a crash of the machine can lose writes)")
 	o.consumer.register(fs)
 }

@@ -29,7 +29,8 @@ type Options struct {
 	StateDir   string // holds checkpoints.db
 	TargetDir  string // the active config is written here
 	TargetFile string
-	// NoSync skips fsync (tests and benchmarks only).
+	// NoSync skips fsync of the store and of the target file (tests and
+	// benchmarks only).
 	NoSync      bool
 	MaxWatchers int
 	Registerer  prometheus.Registerer // nil: no metrics
@@ -61,7 +62,7 @@ func Open(o Options) (*Checkpointd, error) {
 	}
 	lo := lifecycle.Options{
 		Store:       st,
-		Target:      materialize.Target{Dir: o.TargetDir, Name: o.TargetFile},
+		Target:      materialize.Target{Dir: o.TargetDir, Name: o.TargetFile, NoSync: o.NoSync},
 		Metrics:     lifecycle.NewMetrics(o.Registerer),
 		Log:         o.Log,
 		MaxWatchers: o.MaxWatchers,

@@ -36,6 +36,35 @@ func Write(path string, data []byte, perm, dirPerm os.FileMode) error {
 	return SyncDir(dir)
 }
 
+// WriteUnsynced replaces path with data as Write does, whole for every
+// reader, but without fsync: a crash of the machine may lose it (tests and
+// benchmarks only, where thousands of simulated nodes share one disk).
+func WriteUnsynced(path string, data []byte, perm, dirPerm os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return fmt.Errorf("create directory %s: %w", dir, err)
+	}
+	f, err := createTemp(path)
+	if err != nil {
+		return fmt.Errorf("create temp file for %s: %w", path, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	return nil
+}
+
 // Remove deletes path durably; a missing file is not an error.
 func Remove(path string) error {
 	if err := os.Remove(path); err != nil {
@@ -45,6 +74,21 @@ func Remove(path string) error {
 		return fmt.Errorf("remove %s: %w", path, err)
 	}
 	return SyncDir(filepath.Dir(path))
+}
+
+// createTemp creates a temp file beside path, named as Write's are, so that
+// CleanTemps finds it after a kill.
+func createTemp(path string) (*os.File, error) {
+	return os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path))
+}
+
+// RemoveUnsynced deletes path without fsync of its directory (tests and
+// benchmarks only); a missing file is not an error.
+func RemoveUnsynced(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return nil
 }
 
 // TempGlob matches the temp files Write leaves beside path when it is killed

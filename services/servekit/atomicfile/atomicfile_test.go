@@ -7,28 +7,63 @@ import (
 )
 
 func TestWriteReplacesWholeWithPermAndLeavesNoTemp(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "made", "here")
+	for name, write := range map[string]func(string, []byte, os.FileMode, os.FileMode) error{"Write": Write, "WriteUnsynced": WriteUnsynced} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "made", "here")
+			path := filepath.Join(dir, "a.conf")
+			if err := write(path, []byte("one"), 0o644, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := write(path, []byte("two"), 0o644, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(path)
+			if err != nil || string(got) != "two" {
+				t.Fatalf("read %q, %v; want two", got, err)
+			}
+			fi, err := os.Stat(path)
+			if err != nil || fi.Mode().Perm() != 0o644 {
+				t.Fatalf("mode %v, %v; want 0644 even over an earlier file's 0600", fi.Mode(), err)
+			}
+			entries, _ := os.ReadDir(dir)
+			if len(entries) != 1 {
+				t.Fatalf("directory holds %d entries, want only a.conf: %v", len(entries), entries)
+			}
+		})
+	}
+}
+
+func TestUnsyncedWriteThatCannotReplaceLeavesNoTemp(t *testing.T) {
+	dir := t.TempDir()
+	// A non-empty directory where the file should be: the rename fails.
 	path := filepath.Join(dir, "a.conf")
-	if err := Write(path, []byte("one"), 0o644, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(path, "in"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := Write(path, []byte("two"), 0o644, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(path)
-	if err != nil || string(got) != "two" {
-		t.Fatalf("read %q, %v; want two", got, err)
-	}
-	fi, err := os.Stat(path)
-	if err != nil || fi.Mode().Perm() != 0o644 {
-		t.Fatalf("mode %v, %v; want 0644 even over an earlier file's 0600", fi.Mode(), err)
+	if err := WriteUnsynced(path, []byte("x"), 0o644, 0o755); err == nil {
+		t.Fatal("replacing a non-empty directory succeeded")
 	}
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Fatalf("directory holds %d entries, want only a.conf: %v", len(entries), entries)
+	if len(entries) != 1 || entries[0].Name() != "a.conf" {
+		t.Fatalf("directory holds %v, want only a.conf", entries)
+	}
+}
+
+func TestUnsyncedTempFilesAreTheOnesCleanTempsFinds(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.conf")
+	// A temp file WriteUnsynced would leave if killed before its rename.
+	f, err := createTemp(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	CleanTemps(path)
+	if _, err := os.Stat(f.Name()); !os.IsNotExist(err) {
+		t.Fatalf("%s is still there after CleanTemps (%v)", f.Name(), err)
 	}
 }
 

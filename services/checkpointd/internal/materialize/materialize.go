@@ -18,6 +18,10 @@ import (
 type Target struct {
 	Dir  string
 	Name string
+	// NoSync skips fsync: readers still never see a partial file, but a
+	// crash of the machine may lose the last write (tests and benchmarks
+	// only).
+	NoSync bool
 }
 
 // Path is the file's full path.
@@ -25,12 +29,20 @@ func (t Target) Path() string { return filepath.Join(t.Dir, t.Name) }
 
 // Write replaces the file atomically and durably.
 func (t Target) Write(data []byte) error {
+	if t.NoSync {
+		return atomicfile.WriteUnsynced(t.Path(), data, 0o644, 0o755)
+	}
 	return atomicfile.Write(t.Path(), data, 0o644, 0o755)
 }
 
 // Remove deletes the file so the consumer falls back to its local default.
 // A missing file is not an error.
-func (t Target) Remove() error { return atomicfile.Remove(t.Path()) }
+func (t Target) Remove() error {
+	if t.NoSync {
+		return atomicfile.RemoveUnsynced(t.Path())
+	}
+	return atomicfile.Remove(t.Path())
+}
 
 // Matches reports whether the file holds exactly data (want nil: the file
 // must not exist).
