@@ -33,7 +33,7 @@ import (
 // caches, runs one sync function, and checks what it did to the fake
 // agents and the API.
 type fixture struct {
-	t        *testing.T
+	t        testing.TB
 	c        *Controller
 	kube     *kubefake.Clientset
 	dyn      *dynamicfake.FakeDynamicClient
@@ -45,7 +45,7 @@ type fixture struct {
 	now      time.Time
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{
 		t:        t,

@@ -3,32 +3,90 @@ package controller
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/cmwatch"
 )
 
-// nodeConfigs lists every NodeConfig from the cache.
+// nodeConfigs lists every NodeConfig from the cache, sorted by name. They
+// are shared between callers, which must not change them.
 func (c *Controller) nodeConfigs() ([]*v1alpha1.NodeConfig, error) {
 	objs, err := c.o.NodeConfigs.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*v1alpha1.NodeConfig, 0, len(objs))
+	c.decoded.mu.Lock()
+	defer c.decoded.mu.Unlock()
 	for _, obj := range objs {
-		nc, err := toNodeConfig(obj)
+		nc, err := c.decoded.get(obj)
 		if err != nil {
 			c.o.Log.Error("skipping undecodable NodeConfig", "err", err)
 			continue
 		}
 		out = append(out, nc)
 	}
+	if len(c.decoded.by) > len(out) {
+		c.decoded.keepOnly(out)
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// decodedNodeConfigs keeps each cached NodeConfig decoded once per
+// resourceVersion: every node sync looks at every NodeConfig, and decoding
+// each of them again on every sync made a sync cost more with each
+// NodeConfig the cluster has.
+type decodedNodeConfigs struct {
+	mu sync.Mutex
+	by map[types.UID]decodedNodeConfig
+}
+
+type decodedNodeConfig struct {
+	resourceVersion string
+	nc              *v1alpha1.NodeConfig
+}
+
+// get decodes obj, or returns its decoding of the same version. An object
+// without a resourceVersion (never one from the API server) is decoded
+// every time. Guarded by mu.
+func (d *decodedNodeConfigs) get(obj any) (*v1alpha1.NodeConfig, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return toNodeConfig(obj)
+	}
+	uid, rv := u.GetUID(), u.GetResourceVersion()
+	if e, ok := d.by[uid]; ok && rv != "" && e.resourceVersion == rv {
+		return e.nc, nil
+	}
+	nc, err := toNodeConfig(u)
+	if err != nil {
+		return nil, err
+	}
+	if rv != "" {
+		if d.by == nil {
+			d.by = map[types.UID]decodedNodeConfig{}
+		}
+		d.by[uid] = decodedNodeConfig{resourceVersion: rv, nc: nc}
+	}
+	return nc, nil
+}
+
+// keepOnly forgets the NodeConfigs that are gone. Guarded by mu.
+func (d *decodedNodeConfigs) keepOnly(live []*v1alpha1.NodeConfig) {
+	kept := make(map[types.UID]decodedNodeConfig, len(live))
+	for _, nc := range live {
+		if e, ok := d.by[nc.UID]; ok && e.nc == nc {
+			kept[nc.UID] = e
+		}
+	}
+	d.by = kept
 }
 
 // toNodeConfig decodes a cached NodeConfig, also from a deletion tombstone.

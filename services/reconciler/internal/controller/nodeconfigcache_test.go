@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -63,5 +64,65 @@ func TestReferencedConfigMapsAreTheSources(t *testing.T) {
 	want := []cmwatch.Ref{{Namespace: "ns", Name: "cfg"}, {Namespace: "other", Name: "kubelet"}}
 	if !slices.Equal(got, want) {
 		t.Errorf("referenced %v, want %v", got, want)
+	}
+}
+
+// setVersion stores nc in the fixture's cache as the API server would have
+// it at resourceVersion rv.
+func (f *fixture) setVersion(nc *v1alpha1.NodeConfig, rv string) {
+	f.t.Helper()
+	nc.ResourceVersion = rv
+	f.setNodeConfig(nc)
+}
+
+// Every node sync reads every NodeConfig: each version of one is decoded
+// once, a new version is decoded again, and one deleted is forgotten.
+func TestNodeConfigsAreDecodedOncePerVersion(t *testing.T) {
+	f := newFixture(t)
+	a := poolA("a", v1alpha1.Rollout{})
+	f.setVersion(a, "1")
+	f.setVersion(poolA("b", v1alpha1.Rollout{}), "1")
+	first, err := f.c.nodeConfigs()
+	if err != nil || len(first) != 2 {
+		t.Fatalf("NodeConfigs %v, %v; want a and b", first, err)
+	}
+	again, _ := f.c.nodeConfigs()
+	if again[0] != first[0] || again[1] != first[1] {
+		t.Error("the same versions were decoded again")
+	}
+
+	a.Spec.SoakSeconds = 77
+	f.setVersion(a, "2")
+	changed, _ := f.c.nodeConfigs()
+	if changed[0] == first[0] || changed[0].Spec.SoakSeconds != 77 || changed[0].ResourceVersion != "2" {
+		t.Errorf("after a's new version got %+v, want its soak 77 at version 2", changed[0].ObjectMeta)
+	}
+	if changed[1] != first[1] {
+		t.Error("b, unchanged, was decoded again")
+	}
+
+	if err := f.ncs.Delete(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := f.c.nodeConfigs(); len(left) != 1 || left[0].Name != "b" {
+		t.Fatalf("after a's deletion: %v, want b alone", left)
+	}
+	if _, kept := f.c.decoded.by[a.UID]; kept || len(f.c.decoded.by) != 1 {
+		t.Errorf("decoded NodeConfigs %v after a's deletion, want b's alone", f.c.decoded.by)
+	}
+}
+
+// One node sync's look at 20 NodeConfigs, as a cluster with a NodeConfig
+// per node pool has.
+func BenchmarkNodeConfigs20(b *testing.B) {
+	f := newFixture(b)
+	for i := range 20 {
+		f.setVersion(poolA(fmt.Sprintf("pool-%02d", i), v1alpha1.Rollout{}), "1")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if ncs, err := f.c.nodeConfigs(); err != nil || len(ncs) != 20 {
+			b.Fatal(ncs, err)
+		}
 	}
 }
