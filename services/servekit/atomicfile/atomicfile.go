@@ -91,13 +91,13 @@ func RemoveUnsynced(path string) error {
 	return nil
 }
 
-// TempGlob matches the temp files Write leaves beside path when it is killed
+// TempGlob matches the temp files Write or WriteUnsynced leaves beside path when it is killed
 // between creating one and renaming it.
 func TempGlob(path string) string {
 	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+"[0-9]*")
 }
 
-// CleanTemps removes what a killed Write left beside path.
+// CleanTemps removes what a killed Write or WriteUnsynced left beside path.
 func CleanTemps(path string) {
 	matches, _ := filepath.Glob(TempGlob(path))
 	for _, m := range matches {

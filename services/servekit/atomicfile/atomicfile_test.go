@@ -11,13 +11,13 @@ func TestWriteReplacesWholeWithPermAndLeavesNoTemp(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "made", "here")
 			path := filepath.Join(dir, "a.conf")
-			if err := write(path, []byte("one"), 0o644, 0o755); err != nil {
+			if err := write(path, []byte("one"), 0o604, 0o755); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.Chmod(path, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if err := write(path, []byte("two"), 0o644, 0o755); err != nil {
+			if err := write(path, []byte("two"), 0o604, 0o755); err != nil {
 				t.Fatal(err)
 			}
 			got, err := os.ReadFile(path)
@@ -25,8 +25,8 @@ func TestWriteReplacesWholeWithPermAndLeavesNoTemp(t *testing.T) {
 				t.Fatalf("read %q, %v; want two", got, err)
 			}
 			fi, err := os.Stat(path)
-			if err != nil || fi.Mode().Perm() != 0o644 {
-				t.Fatalf("mode %v, %v; want 0644 even over an earlier file's 0600", fi.Mode(), err)
+			if err != nil || fi.Mode().Perm() != 0o604 {
+				t.Fatalf("mode %v, %v; want 0604 (not the umask's) even over an earlier file's 0600", fi.Mode(), err)
 			}
 			entries, _ := os.ReadDir(dir)
 			if len(entries) != 1 {
@@ -38,7 +38,7 @@ func TestWriteReplacesWholeWithPermAndLeavesNoTemp(t *testing.T) {
 
 func TestUnsyncedWriteThatCannotReplaceLeavesNoTemp(t *testing.T) {
 	dir := t.TempDir()
-	// A non-empty directory where the file should be: the rename fails.
+	// A directory holding a file where the file should be: the rename fails.
 	path := filepath.Join(dir, "a.conf")
 	if err := os.MkdirAll(filepath.Join(path, "in"), 0o755); err != nil {
 		t.Fatal(err)

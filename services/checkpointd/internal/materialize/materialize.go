@@ -27,7 +27,7 @@ type Target struct {
 // Path is the file's full path.
 func (t Target) Path() string { return filepath.Join(t.Dir, t.Name) }
 
-// Write replaces the file atomically and durably.
+// Write replaces the file atomically, and durably unless NoSync.
 func (t Target) Write(data []byte) error {
 	if t.NoSync {
 		return atomicfile.WriteUnsynced(t.Path(), data, 0o644, 0o755)

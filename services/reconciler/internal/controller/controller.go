@@ -110,7 +110,8 @@ type Controller struct {
 	// cache.
 	selMu      sync.Mutex
 	selections map[selectorKey]*selection
-	// decoded holds the NodeConfigs decoded (nodeconfigcache.go).
+	// decoded keeps each NodeConfig decoded per resourceVersion, shared
+	// read-only by the node syncs (nodeconfigcache.go).
 	decoded decodedNodeConfigs
 	// nodesVersion moves whenever a Node comes, goes or changes labels:
 	// a cached selection made at an older version is stale.

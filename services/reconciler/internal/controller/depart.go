@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"sort"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -152,7 +150,6 @@ func (c *Controller) nodeConfigUsing(src *nodeconfigv1.ConfigSource) *v1alpha1.N
 	if err != nil {
 		return nil
 	}
-	sort.Slice(ncs, func(i, j int) bool { return ncs[i].Name < ncs[j].Name })
 	for _, nc := range ncs {
 		ref := nc.Spec.Source
 		if nc.DeletionTimestamp == nil && ref != nil && ref.ConfigMap != nil &&

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -43,6 +44,8 @@ type fixture struct {
 	agents   *fakePool
 	recorder *record.FakeRecorder
 	now      time.Time
+	// ncVersion is the last resourceVersion a cached NodeConfig got.
+	ncVersion int
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -97,7 +100,8 @@ func (f *fixture) addConfigMap(ns, name, rv string, data map[string]string) *cor
 	return cm
 }
 
-// setNodeConfig puts a NodeConfig in the cache and the fake API.
+// setNodeConfig puts a NodeConfig in the cache, at a new resourceVersion
+// as an informer would have it, and in the fake API.
 func (f *fixture) setNodeConfig(nc *v1alpha1.NodeConfig) {
 	f.t.Helper()
 	nc.APIVersion, nc.Kind = "nodeconfig.io/v1alpha1", "NodeConfig"
@@ -112,7 +116,10 @@ func (f *fixture) setNodeConfig(nc *v1alpha1.NodeConfig) {
 		f.t.Fatal(err)
 	}
 	u := &unstructured.Unstructured{Object: obj}
-	if err := f.ncs.Update(u); err != nil {
+	cached := u.DeepCopy()
+	f.ncVersion++
+	cached.SetResourceVersion(strconv.Itoa(f.ncVersion))
+	if err := f.ncs.Update(cached); err != nil {
 		f.t.Fatal(err)
 	}
 	client := f.dyn.Resource(v1alpha1.GroupVersionResource)

@@ -23,7 +23,6 @@ func (c *Controller) nodeConfigs() ([]*v1alpha1.NodeConfig, error) {
 	}
 	out := make([]*v1alpha1.NodeConfig, 0, len(objs))
 	c.decoded.mu.Lock()
-	defer c.decoded.mu.Unlock()
 	for _, obj := range objs {
 		nc, err := c.decoded.get(obj)
 		if err != nil {
@@ -32,20 +31,20 @@ func (c *Controller) nodeConfigs() ([]*v1alpha1.NodeConfig, error) {
 		}
 		out = append(out, nc)
 	}
-	if len(c.decoded.by) > len(out) {
+	if len(c.decoded.byUID) > len(out) {
 		c.decoded.keepOnly(out)
 	}
+	c.decoded.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
 // decodedNodeConfigs keeps each cached NodeConfig decoded once per
-// resourceVersion: every node sync looks at every NodeConfig, and decoding
-// each of them again on every sync made a sync cost more with each
-// NodeConfig the cluster has.
+// resourceVersion: every node sync looks at every NodeConfig, and so its
+// cost does not grow with the NodeConfigs a cluster has.
 type decodedNodeConfigs struct {
-	mu sync.Mutex
-	by map[types.UID]decodedNodeConfig
+	mu    sync.Mutex
+	byUID map[types.UID]decodedNodeConfig
 }
 
 type decodedNodeConfig struct {
@@ -62,7 +61,7 @@ func (d *decodedNodeConfigs) get(obj any) (*v1alpha1.NodeConfig, error) {
 		return toNodeConfig(obj)
 	}
 	uid, rv := u.GetUID(), u.GetResourceVersion()
-	if e, ok := d.by[uid]; ok && rv != "" && e.resourceVersion == rv {
+	if e, ok := d.byUID[uid]; ok && rv != "" && e.resourceVersion == rv {
 		return e.nc, nil
 	}
 	nc, err := toNodeConfig(u)
@@ -70,10 +69,10 @@ func (d *decodedNodeConfigs) get(obj any) (*v1alpha1.NodeConfig, error) {
 		return nil, err
 	}
 	if rv != "" {
-		if d.by == nil {
-			d.by = map[types.UID]decodedNodeConfig{}
+		if d.byUID == nil {
+			d.byUID = map[types.UID]decodedNodeConfig{}
 		}
-		d.by[uid] = decodedNodeConfig{resourceVersion: rv, nc: nc}
+		d.byUID[uid] = decodedNodeConfig{resourceVersion: rv, nc: nc}
 	}
 	return nc, nil
 }
@@ -82,11 +81,11 @@ func (d *decodedNodeConfigs) get(obj any) (*v1alpha1.NodeConfig, error) {
 func (d *decodedNodeConfigs) keepOnly(live []*v1alpha1.NodeConfig) {
 	kept := make(map[types.UID]decodedNodeConfig, len(live))
 	for _, nc := range live {
-		if e, ok := d.by[nc.UID]; ok && e.nc == nc {
+		if e, ok := d.byUID[nc.UID]; ok && e.nc == nc {
 			kept[nc.UID] = e
 		}
 	}
-	d.by = kept
+	d.byUID = kept
 }
 
 // toNodeConfig decodes a cached NodeConfig, also from a deletion tombstone.

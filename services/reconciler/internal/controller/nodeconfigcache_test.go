@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,21 +68,13 @@ func TestReferencedConfigMapsAreTheSources(t *testing.T) {
 	}
 }
 
-// setVersion stores nc in the fixture's cache as the API server would have
-// it at resourceVersion rv.
-func (f *fixture) setVersion(nc *v1alpha1.NodeConfig, rv string) {
-	f.t.Helper()
-	nc.ResourceVersion = rv
-	f.setNodeConfig(nc)
-}
-
 // Every node sync reads every NodeConfig: each version of one is decoded
 // once, a new version is decoded again, and one deleted is forgotten.
 func TestNodeConfigsAreDecodedOncePerVersion(t *testing.T) {
 	f := newFixture(t)
 	a := poolA("a", v1alpha1.Rollout{})
-	f.setVersion(a, "1")
-	f.setVersion(poolA("b", v1alpha1.Rollout{}), "1")
+	f.setNodeConfig(a)
+	f.setNodeConfig(poolA("b", v1alpha1.Rollout{}))
 	first, err := f.c.nodeConfigs()
 	if err != nil || len(first) != 2 {
 		t.Fatalf("NodeConfigs %v, %v; want a and b", first, err)
@@ -92,10 +85,10 @@ func TestNodeConfigsAreDecodedOncePerVersion(t *testing.T) {
 	}
 
 	a.Spec.SoakSeconds = 77
-	f.setVersion(a, "2")
+	f.setNodeConfig(a)
 	changed, _ := f.c.nodeConfigs()
-	if changed[0] == first[0] || changed[0].Spec.SoakSeconds != 77 || changed[0].ResourceVersion != "2" {
-		t.Errorf("after a's new version got %+v, want its soak 77 at version 2", changed[0].ObjectMeta)
+	if changed[0] == first[0] || changed[0].Spec.SoakSeconds != 77 || changed[0].ResourceVersion == first[0].ResourceVersion {
+		t.Errorf("after a's new version got %+v, soak %d; want soak 77 at a version after %s", changed[0].ObjectMeta, changed[0].Spec.SoakSeconds, first[0].ResourceVersion)
 	}
 	if changed[1] != first[1] {
 		t.Error("b, unchanged, was decoded again")
@@ -107,8 +100,34 @@ func TestNodeConfigsAreDecodedOncePerVersion(t *testing.T) {
 	if left, _ := f.c.nodeConfigs(); len(left) != 1 || left[0].Name != "b" {
 		t.Fatalf("after a's deletion: %v, want b alone", left)
 	}
-	if _, kept := f.c.decoded.by[a.UID]; kept || len(f.c.decoded.by) != 1 {
-		t.Errorf("decoded NodeConfigs %v after a's deletion, want b's alone", f.c.decoded.by)
+	if _, kept := f.c.decoded.byUID[a.UID]; kept || len(f.c.decoded.byUID) != 1 {
+		t.Errorf("decoded NodeConfigs %v after a's deletion, want b's alone", f.c.decoded.byUID)
+	}
+}
+
+// The node syncs' workers read the NodeConfigs at once while they change.
+func TestNodeConfigsAreReadConcurrently(t *testing.T) {
+	f := newFixture(t)
+	a := poolA("a", v1alpha1.Rollout{})
+	f.setNodeConfig(a)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 200 {
+				if ncs, err := f.c.nodeConfigs(); err != nil || len(ncs) != 1 {
+					t.Errorf("NodeConfigs %v, %v; want a alone", ncs, err)
+					return
+				}
+			}
+		})
+	}
+	for i := range 50 {
+		a.Spec.SoakSeconds = int64(i)
+		f.setNodeConfig(a)
+	}
+	wg.Wait()
+	if ncs, _ := f.c.nodeConfigs(); ncs[0].Spec.SoakSeconds != 49 {
+		t.Errorf("soak %d after the last version, want 49", ncs[0].Spec.SoakSeconds)
 	}
 }
 
@@ -117,7 +136,7 @@ func TestNodeConfigsAreDecodedOncePerVersion(t *testing.T) {
 func BenchmarkNodeConfigs20(b *testing.B) {
 	f := newFixture(b)
 	for i := range 20 {
-		f.setVersion(poolA(fmt.Sprintf("pool-%02d", i), v1alpha1.Rollout{}), "1")
+		f.setNodeConfig(poolA(fmt.Sprintf("pool-%02d", i), v1alpha1.Rollout{}))
 	}
 	b.ReportAllocs()
 	for b.Loop() {
