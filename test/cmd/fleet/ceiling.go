@@ -40,6 +40,7 @@ type ceilingWrite func(ctx context.Context, i int64) error
 
 // ceiling is what a write probe measured.
 type ceiling struct {
+	writers     int     // writing at once
 	perSecond   float64 // writes completed a second in the window
 	writes      int64   // every write it made, the warm-up's too
 	cpuPerWrite float64 // the API server's CPU over the probe per write, µs
@@ -80,6 +81,7 @@ func writeCeiling(ctx context.Context, writers []ceilingWrite, window time.Durat
 		return ceiling{}, err
 	}
 	return ceiling{
+		writers:     len(writers),
 		perSecond:   float64(counted.Load()) / window.Seconds(),
 		writes:      next.Load(),
 		cpuPerWrite: (after.CPUTime() - before.CPUTime()) / float64(next.Load()) * 1e6,

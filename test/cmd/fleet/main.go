@@ -270,7 +270,7 @@ func run(o options) (err error) {
 		}
 		writeFloor = probe.perSecond
 		fmt.Printf("  API server write ceiling: %.0f Node writes/s, %.0f µs of its CPU each (%d writers, the admin's merge patches of the status, %v)\n",
-			probe.perSecond, probe.cpuPerWrite, min(ceilingWriters, n), o.ceiling)
+			probe.perSecond, probe.cpuPerWrite, probe.writers, o.ceiling)
 		if policy != nil && o.policyCost {
 			// The probe just run is the policy-bound half.
 			cost, err := measurePolicyCost(ctx, c.Config, admin, policy, n, c.APIServer.Pid(), o.ceiling, probe.cpuPerWrite)
@@ -287,7 +287,7 @@ func run(o options) (err error) {
 			}
 			writeFloor = probe.perSecond
 			fmt.Printf("    as the agents write: %.0f Node writes/s, %.0f µs of its CPU each (%d writers taking turns over %d agents, each with its token bound to a Node of its own, its connection, its watch of the Node, and statusd's patches of its status through the admission policy, %v)\n",
-				probe.perSecond, probe.cpuPerWrite, ceilingWriters, ceilingWriters*probeNodesPerWriter, o.ceiling)
+				probe.perSecond, probe.cpuPerWrite, probe.writers, probe.writers*probeNodesPerWriter, o.ceiling)
 		}
 	}
 
