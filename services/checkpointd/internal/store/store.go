@@ -80,7 +80,8 @@ type Store struct {
 
 // Options tune Open.
 type Options struct {
-	// NoSync skips fsync; only for tests that do not measure durability.
+	// NoSync skips every fsync, the one bbolt makes when the file grows
+	// too; only for tests and benchmarks that do not measure durability.
 	NoSync bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -104,7 +105,7 @@ func Open(path string, opts Options) (s *Store, err error) {
 			s, err = nil, fmt.Errorf("%w: %s: %v; it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path, r)
 		}
 	}()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: opts.NoSync})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, NoSync: opts.NoSync, NoGrowSync: opts.NoSync})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("open store %s: another process holds its lock", path)
