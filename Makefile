@@ -132,7 +132,9 @@ BENCH_RUN  = echo "\# run: $(1) on $$(date -u '+%Y-%m-%d %H:%M UTC') at $$(git d
 bench: build testbin nodebin node-packages images ## every performance figure into docs/bench/latest.txt, then the table of docs/performance.md from it (about 12 min)
 	@mkdir -p $(dir $(BENCH_OUT))
 	@$(call BENCH_RUN,make bench) > $(BENCH_OUT)
-	go test -run '^$$' -bench . -benchtime $(BENCHTIME) nodeconfig.io/services/... | tee -a $(BENCH_OUT)
+	go test -run '^$$' -bench . -skip PutCheckpointConcurrent -benchtime $(BENCHTIME) nodeconfig.io/services/... | tee -a $(BENCH_OUT)
+	@# Its target holds in each of 5 consecutive runs, all of which the table judges.
+	go test -run '^$$' -bench PutCheckpointConcurrent -benchtime 3x -count 5 nodeconfig.io/services/checkpointd/internal/grpcapi | tee -a $(BENCH_OUT)
 	go test -run '^$$' -bench AssignmentLatency -benchtime 200x nodeconfig.io/test/e2e | tee -a $(BENCH_OUT)
 	go test -run '^$$' -bench 'WritesPerNode|SteadyState' -benchtime 3x nodeconfig.io/test/e2e | tee -a $(BENCH_OUT)
 	go run nodeconfig.io/test/cmd/fleet -nodes 1000 | tee -a $(BENCH_OUT)

@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -45,6 +46,13 @@ var runBy = map[string]string{
 	"BenchmarkFleet/nodes=5000/selected=1000": "make fleet-bench FLEET_NODES=5000 FLEET_SELECT=1000",
 }
 
+// consecutiveRuns names the benchmarks whose target must hold in every one
+// of so many consecutive runs, the last saved: the disk's speed swings
+// between runs, and one good run says little.
+var consecutiveRuns = map[string]int{
+	"BenchmarkPutCheckpointConcurrent": 5,
+}
+
 // reportedOnly is the check of a figure with no target: it is shown, never
 // missed.
 func reportedOnly(float64) bool { return true }
@@ -52,7 +60,7 @@ func reportedOnly(float64) bool { return true }
 var rows = []row{
 	{"PutCheckpoint 64 KiB, fsync, p50", "BenchmarkPutCheckpoint64KiB", "ratio-to-floor", "<= 1.5 x raw bbolt Update",
 		func(v float64) bool { return v <= 1.5 }, func(v float64, _ map[string]float64) string { return fmt.Sprintf("%.2f x the raw bbolt floor", v) }},
-	{"PutCheckpoint, 32 writers vs 1", "BenchmarkPutCheckpointConcurrent", "speedup", ">= 3 x",
+	{"PutCheckpoint, 32 writers vs 1", "BenchmarkPutCheckpointConcurrent", "speedup", ">= 3 x in each of 5 consecutive runs",
 		func(v float64) bool { return v >= 3 }, func(v float64, _ map[string]float64) string { return fmt.Sprintf("%.2f x one writer", v) }},
 	{"statusd: 50 changes within 100 ms", "BenchmarkBurstCoalescing", "patches/burst", "1 patch",
 		func(v float64) bool { return v <= 1 }, nil},
@@ -146,14 +154,16 @@ const runPrefix = "# run: "
 
 // output is what benchtable reads of saved benchmark output.
 type output struct {
-	figures map[string]map[string]float64 // metric values by benchmark
-	runs    []string                      // the runs' own lines (runPrefix), in order
+	figures map[string]map[string]float64   // metric values by benchmark, the last run's
+	series  map[string]map[string][]float64 // every run's values, in order
+	runs    []string                        // the runs' own lines (runPrefix), in order
 }
 
 // parse collects metric values by benchmark; a benchmark run more than
-// once (several -count, or a run appended later) keeps its last value.
+// once (several -count, or a run appended later) keeps its last value in
+// figures and every value in series.
 func parse(r io.Reader) (output, error) {
-	out := output{figures: map[string]map[string]float64{}}
+	out := output{figures: map[string]map[string]float64{}, series: map[string]map[string][]float64{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -168,6 +178,7 @@ func parse(r io.Reader) (output, error) {
 		name := suffix.ReplaceAllString(f[0], "")
 		if out.figures[name] == nil {
 			out.figures[name] = map[string]float64{}
+			out.series[name] = map[string][]float64{}
 		}
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
@@ -175,6 +186,7 @@ func parse(r io.Reader) (output, error) {
 				break
 			}
 			out.figures[name][f[i+1]] = v
+			out.series[name][f[i+1]] = append(out.series[name][f[i+1]], v)
 		}
 	}
 	return out, sc.Err()
@@ -261,8 +273,13 @@ func render(o output, w io.Writer) (missed []string) {
 			continue
 		}
 		measured := strconv.FormatFloat(v, 'f', -1, 64) + " " + r.metric
+		met := r.ok(v)
+		var ofRuns string
+		if n := consecutiveRuns[r.bench]; n > 0 {
+			v, measured, met, ofRuns = worstOfRuns(r, n, o.series[r.bench][r.metric])
+		}
 		verdict := "met"
-		if !r.ok(v) {
+		if !met {
 			verdict = "MISSED"
 			missed = append(missed, fmt.Sprintf("%s: %s, target %s", r.figure, measured, r.target))
 		}
@@ -270,9 +287,31 @@ func render(o output, w io.Writer) (missed []string) {
 		if r.reference != nil {
 			ref = r.reference(v, o.figures[r.bench])
 		}
+		ref += ofRuns
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.figure, r.target, measured, ref, verdict)
 	}
 	return missed
+}
+
+// worstOfRuns judges a row that must hold in every one of n consecutive
+// runs by the last n values saved: its figure is the lowest of them (the
+// rows held so are lower bounds), and fewer runs than n miss the target.
+func worstOfRuns(r row, n int, all []float64) (v float64, measured string, met bool, ofRuns string) {
+	last := all[max(0, len(all)-n):]
+	v = slices.Min(last)
+	metIn := 0
+	for _, x := range last {
+		if r.ok(x) {
+			metIn++
+		}
+	}
+	met = len(last) == n && metIn == n
+	measured = fmt.Sprintf("%s %s, the lowest of %d runs", strconv.FormatFloat(v, 'f', -1, 64), r.metric, len(last))
+	if len(last) < n {
+		measured += fmt.Sprintf(" (%d needed)", n)
+	}
+	ofRuns = fmt.Sprintf("; %d of %d runs met it (highest %s)", metIn, len(last), strconv.FormatFloat(slices.Max(last), 'f', -1, 64))
+	return v, measured, met, ofRuns
 }
 
 // The block of docs/performance.md that is benchtable's.
