@@ -137,13 +137,19 @@ func writeFloor(s float64, line map[string]float64) string {
 
 // cpuFloor compares a fleet's time with the CPU it took spread over this
 // machine's cores, where the simulated nodes' agents share them with the
-// control plane ("" when the run did not measure it).
+// control plane ("" when the run did not measure it). It also gives the
+// control plane's share alone: the floor were the agents on machines of
+// their own, as real nodes' are.
 func cpuFloor(s float64, line map[string]float64) string {
 	floor, agents, controlPlane := line["cpu-floor-s"], line["agents-cpu-s"], line["control-plane-cpu-s"]
 	if floor <= 0 {
 		return ""
 	}
-	return fmt.Sprintf("; %.1f x its CPU floor (%.1f s: the agents took %.0f CPU-s, the control plane %.0f)", s/floor, floor, agents, controlPlane)
+	out := fmt.Sprintf("; %.1f x its CPU floor (%.1f s: the agents took %.0f CPU-s, the control plane %.0f", s/floor, floor, agents, controlPlane)
+	if agents+controlPlane > 0 {
+		out += fmt.Sprintf(", alone %.1f s on these cores", floor*controlPlane/(agents+controlPlane))
+	}
+	return out + ")"
 }
 
 var suffix = regexp.MustCompile(`-\d+$`)
