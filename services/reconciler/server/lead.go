@@ -71,7 +71,7 @@ func (r *Reconciler) lead(ctx context.Context) {
 	c := controller.New(controller.Options{
 		Kube: r.o.Kube, Dynamic: r.o.Dynamic,
 		Nodes:      metadatalister.New(nodes.Informer().GetIndexer(), nodesResource),
-		ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, NodeConfigs: ncs.Lister(), Synced: synced,
+		ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, ConfigMapListed: cms.Listed, NodeConfigs: ncs.Lister(), Synced: synced,
 		Agents: agentPool, Recorder: recorder, NormalNodeEvents: r.o.NodeEvents == "all", NodeValidationOnly: r.o.NodeValidationOnly,
 		Checker: configcheck.Checker{Kubelet: kubeletexec.Runner{Path: r.o.KubeletCheck}.Check},
 		Metrics: r.metrics, Log: r.o.Log,

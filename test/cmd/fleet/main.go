@@ -316,6 +316,9 @@ func run(o options) (err error) {
 		return err
 	}
 	report("first rollout (nothing assigned before)", first)
+	if syncs, err := readSyncs(metricsAddr); err == nil {
+		fmt.Printf("    node syncs since the reconciler started: %.0f, %.0f of them failed and retried with backoff\n", syncs.nodes, syncs.nodesFailed)
+	}
 	if err := watch.waitPromoted(ctx, cm.ResourceVersion, wait); err != nil {
 		return err
 	}
@@ -409,7 +412,8 @@ func run(o options) (err error) {
 	report("config change"+target, change)
 	if syncsAfter, err := readSyncs(metricsAddr); err == nil {
 		nodes, statuses := syncsAfter.nodes-syncsBefore.nodes, syncsAfter.nodeConfigs-syncsBefore.nodeConfigs
-		fmt.Printf("    node syncs: %.1f per node (%.0f in all); NodeConfig status syncs: %.0f\n", nodes/float64(sel), nodes, statuses)
+		failed := syncsAfter.nodesFailed - syncsBefore.nodesFailed
+		fmt.Printf("    node syncs: %.1f per node (%.0f in all, %.0f failed and retried with backoff); NodeConfig status syncs: %.0f\n", nodes/float64(sel), nodes, failed, statuses)
 		fmt.Printf("    the reconciler's TokenRequests: %.0f on calls' paths, %.0f renewing ahead of use\n",
 			syncsAfter.tokensOnUse-syncsBefore.tokensOnUse, syncsAfter.tokensAhead-syncsBefore.tokensAhead)
 	}
@@ -911,7 +915,10 @@ func runtimeMemory(page []byte) string {
 // node's agent, a NodeConfig sync counts its selected nodes' states), and
 // its TokenRequests for the agents' tokens: on a call's path, and renewed
 // ahead in the background.
-type syncCounts struct{ nodes, nodeConfigs, tokensOnUse, tokensAhead float64 }
+// syncCounts are the reconciler's counts of its syncs (nodesFailed: node
+// syncs that failed and were retried with backoff, a rollout's stragglers)
+// and of the tokens it requested.
+type syncCounts struct{ nodes, nodesFailed, nodeConfigs, tokensOnUse, tokensAhead float64 }
 
 func readSyncs(metricsAddr string) (syncCounts, error) {
 	page, err := fetch("http://" + metricsAddr + "/metrics")
@@ -941,16 +948,19 @@ func parseSyncs(page []byte) (syncCounts, error) {
 		}
 	}
 	for _, m := range families["nodeconfig_reconciler_syncs_total"].GetMetric() {
+		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
-			if l.GetName() != "queue" {
-				continue
+			labels[l.GetName()] = l.GetValue()
+		}
+		v := m.GetCounter().GetValue()
+		switch labels["queue"] {
+		case "nodes":
+			n.nodes += v
+			if labels["result"] == "error" {
+				n.nodesFailed += v
 			}
-			switch l.GetValue() {
-			case "nodes":
-				n.nodes += m.GetCounter().GetValue()
-			case "nodeconfigs":
-				n.nodeConfigs += m.GetCounter().GetValue()
-			}
+		case "nodeconfigs":
+			n.nodeConfigs += v
 		}
 	}
 	return n, nil

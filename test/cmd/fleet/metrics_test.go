@@ -16,7 +16,7 @@ nodeconfig_reconciler_syncs_total{queue="nodeconfigs",result="ok"} 4
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (syncCounts{nodes: 12, nodeConfigs: 4, tokensOnUse: 3, tokensAhead: 7}); got != want {
+	if want := (syncCounts{nodes: 12, nodesFailed: 2, nodeConfigs: 4, tokensOnUse: 3, tokensAhead: 7}); got != want {
 		t.Fatalf("parsed %+v, want %+v", got, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -36,9 +37,13 @@ type Watcher struct {
 
 type cmWatch struct {
 	informer cache.SharedIndexInformer
-	stop     context.CancelFunc
-	mu       sync.Mutex
-	err      error // the last list or watch error, nil once it works
+	// handled is the registration of the handler that fills the store:
+	// its HasSynced turns true once the first list is in the store (the
+	// informer's own once the list is read, maybe before).
+	handled cache.ResourceEventHandlerRegistration
+	stop    context.CancelFunc
+	mu      sync.Mutex
+	err     error // the last list or watch error, nil once it works
 }
 
 // New builds a watcher whose events go to handler (after the store has
@@ -85,7 +90,9 @@ func (w *Watcher) Sync(ctx context.Context, refs []Ref) {
 
 func (w *Watcher) start(ctx context.Context, r Ref) *cmWatch {
 	cms := w.kube.CoreV1().ConfigMaps(r.Namespace)
-	lw := kubeapi.OneObject(r.Name, cms.List, cms.Watch)
+	// The client says whether it can stream the first list as watch
+	// events (a fake cannot).
+	lw := cache.ToListWatcherWithWatchListSemantics(kubeapi.OneObject(r.Name, cms.List, cms.Watch), w.kube)
 	cw := &cmWatch{informer: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})}
 	if w.transform != nil {
 		_ = cw.informer.SetTransform(w.transform)
@@ -95,7 +102,7 @@ func (w *Watcher) start(ctx context.Context, r Ref) *cmWatch {
 		cw.err = err
 		cw.mu.Unlock()
 	})
-	_, _ = cw.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	cw.handled, _ = cw.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			cw.ok()
 			_ = w.store.Add(obj)
@@ -117,7 +124,21 @@ func (w *Watcher) start(ctx context.Context, r Ref) *cmWatch {
 	wctx, cancel := context.WithCancel(ctx)
 	cw.stop = cancel
 	go cw.informer.RunWithContext(wctx)
+	go w.tellIfAbsent(wctx, cw, r)
 	return cw
+}
+
+// tellIfAbsent waits for the watch's first list and, when it found no
+// ConfigMap, tells the handler with OnDelete of one that carries only the
+// name: whoever waited for the list (Listed) looks again and finds it
+// missing, where a ConfigMap that exists brings its own OnAdd.
+func (w *Watcher) tellIfAbsent(ctx context.Context, cw *cmWatch, r Ref) {
+	if !cache.WaitForCacheSync(ctx.Done(), cw.handled.HasSynced) {
+		return
+	}
+	if _, found, _ := w.store.GetByKey(r.Namespace + "/" + r.Name); !found {
+		w.handler.OnDelete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}})
+	}
 }
 
 func (cw *cmWatch) ok() {
@@ -136,11 +157,26 @@ func (w *Watcher) HasSynced() bool {
 		return false
 	}
 	for _, cw := range w.watches {
-		if !cw.informer.HasSynced() && cw.lastErr() == nil {
+		if !cw.listed() {
 			return false
 		}
 	}
 	return true
+}
+
+// Listed reports whether the watch of the named ConfigMap has listed it
+// once (or failed to, which Err says). Before that, one missing from the
+// store may well exist: a NodeConfig that names it was just created or
+// changed, and its watch just started.
+func (w *Watcher) Listed(namespace, name string) bool {
+	w.mu.Lock()
+	cw, ok := w.watches[Ref{namespace, name}]
+	w.mu.Unlock()
+	return ok && cw.listed()
+}
+
+func (cw *cmWatch) listed() bool {
+	return cw.handled.HasSynced() || cw.lastErr() != nil
 }
 
 func (cw *cmWatch) lastErr() error {

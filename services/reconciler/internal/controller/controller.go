@@ -36,6 +36,11 @@ type Options struct {
 	// ConfigMapErr says why a referenced ConfigMap cannot be read, if it
 	// cannot (nil: the lister's answer is all there is).
 	ConfigMapErr func(namespace, name string) error
+	// ConfigMapListed says whether the watch of a referenced ConfigMap has
+	// listed it once (nil: always). Until then the lister's "not found"
+	// is no news, and a node that uses it waits, unsynced, for the
+	// listing's event: ConfigMaps' Add for one found, Delete for one not.
+	ConfigMapListed func(namespace, name string) bool
 	NodeConfigs  cache.GenericLister
 	Synced       []cache.InformerSynced
 	Agents       AgentPool

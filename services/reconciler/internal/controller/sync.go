@@ -52,6 +52,11 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		return 0, err
 	}
 	nc, d, err := c.desired(ctx, node, m)
+	if errors.Is(err, errConfigMapNotListed) {
+		// No agent call, no error on the node: the listing's event brings
+		// the node back in milliseconds.
+		return 0, nil
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -73,6 +78,10 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	}
 	return next, nil
 }
+
+// errConfigMapNotListed: the node's ConfigMap is not listed yet, so the
+// cache cannot say whether it exists.
+var errConfigMapNotListed = errors.New("the ConfigMap's watch has not listed it yet")
 
 // matches are the NodeConfigs that select one node.
 type matches struct {
@@ -129,6 +138,9 @@ func (c *Controller) desired(ctx context.Context, node *metav1.PartialObjectMeta
 		}
 		if err := c.clearAbandoned(ctx, node); err != nil {
 			return nil, policy.Desired{}, err
+		}
+		if ref := nc.Spec.Source.ConfigMap; c.o.ConfigMapListed != nil && !c.o.ConfigMapListed(ref.Namespace, ref.Name) {
+			return nc, policy.Desired{}, errConfigMapNotListed
 		}
 		return nc, c.desiredFor(ctx, nc, node), nil
 	case len(m.deleting) > 0:

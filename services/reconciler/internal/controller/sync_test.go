@@ -2,9 +2,11 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeconfig.io/services/api/v1alpha1"
@@ -92,6 +94,47 @@ func TestDesiredPicksTheNodeConfigTheNodeFollows(t *testing.T) {
 			if len(queued) != 2 {
 				t.Errorf("conflict: NodeConfigs %v queued to report it, want both", queued)
 			}
+		}
+	}
+}
+
+// A NodeConfig just created (or now naming another ConfigMap) starts the
+// watch of its ConfigMap: until it has listed, the cache's "not found" is
+// no news. The node waits without a call to its agent, an error or an
+// event, and the listing's event brings it back: an Add when the ConfigMap
+// exists, a Delete of the bare name when it does not.
+func TestNodeWaitsForItsConfigMapsFirstListing(t *testing.T) {
+	for _, exists := range []bool{true, false} {
+		f := newFixture(t)
+		listed := false
+		f.c.o.ConfigMapListed = func(ns, name string) bool { return listed && ns == "ns" && name == "cfg" }
+		_, cmH, _, _ := f.c.Handlers()
+		a := f.addNode("n1", map[string]string{"pool": "a"})
+		f.setNodeConfig(poolA("pool-a", v1alpha1.Rollout{}))
+		drain(f.c.nodeQ)
+
+		if err := f.syncNode("n1"); err != nil {
+			t.Fatalf("exists=%v: a sync before the listing failed: %v", exists, err)
+		}
+		if len(a.calls) != 0 || len(f.events()) != 0 {
+			t.Fatalf("exists=%v: before the listing the agent got %q and the events are %q, want nothing", exists, a.calls, f.events())
+		}
+
+		listed = true
+		if exists {
+			cmH.OnAdd(f.addConfigMap("ns", "cfg", "1", map[string]string{"k": "a: 1"}), false)
+		} else {
+			cmH.OnDelete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}})
+		}
+		if got := drain(f.c.nodeQ); !slices.Equal(got, []string{"n1"}) {
+			t.Fatalf("exists=%v: the listing's event queued %q, want n1", exists, got)
+		}
+		err := f.syncNode("n1")
+		if exists && (err != nil || !slices.Contains(a.writes(), "PutCheckpoint")) {
+			t.Fatalf("after the listing found it: err %v, agent writes %q, want the config checkpointed", err, a.writes())
+		}
+		if !exists && (err == nil || !strings.Contains(err.Error(), `"cfg" not found`)) {
+			t.Fatalf("after the listing found none: err %v, want the ConfigMap not found", err)
 		}
 	}
 }
