@@ -39,12 +39,13 @@ type Options struct {
 	// ConfigMapListed says whether the watch of a referenced ConfigMap has
 	// listed it once (nil: always). Until then the lister's "not found"
 	// is no news, and a node that uses it waits, unsynced, for the
-	// listing's event: ConfigMaps' Add for one found, Delete for one not.
+	// listing's event (ConfigMaps' Add for one found, Delete for one not)
+	// or a recheck a few seconds on.
 	ConfigMapListed func(namespace, name string) bool
-	NodeConfigs  cache.GenericLister
-	Synced       []cache.InformerSynced
-	Agents       AgentPool
-	Recorder     record.EventRecorder
+	NodeConfigs     cache.GenericLister
+	Synced          []cache.InformerSynced
+	Agents          AgentPool
+	Recorder        record.EventRecorder
 	// NormalNodeEvents also records each node's Normal transitions
 	// (activated, promoted) as Events. Off by default: at fleet scale they
 	// are two API writes per node per change that the Node's condition and

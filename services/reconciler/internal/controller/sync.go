@@ -54,8 +54,9 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	nc, d, err := c.desired(ctx, node, m)
 	if errors.Is(err, errConfigMapNotListed) {
 		// No agent call, no error on the node: the listing's event brings
-		// the node back in milliseconds.
-		return 0, nil
+		// the node back in milliseconds; the recheck, should the watch
+		// fail instead (forbidden, say), says why.
+		return configMapListingRecheck, nil
 	}
 	if err != nil {
 		return 0, err
@@ -82,6 +83,10 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 // errConfigMapNotListed: the node's ConfigMap is not listed yet, so the
 // cache cannot say whether it exists.
 var errConfigMapNotListed = errors.New("the ConfigMap's watch has not listed it yet")
+
+// configMapListingRecheck is when a node that waited for its ConfigMap's
+// listing looks again if no event brought it back before.
+const configMapListingRecheck = 5 * time.Second
 
 // matches are the NodeConfigs that select one node.
 type matches struct {

@@ -102,7 +102,8 @@ func TestDesiredPicksTheNodeConfigTheNodeFollows(t *testing.T) {
 // watch of its ConfigMap: until it has listed, the cache's "not found" is
 // no news. The node waits without a call to its agent, an error or an
 // event, and the listing's event brings it back: an Add when the ConfigMap
-// exists, a Delete of the bare name when it does not.
+// exists, a Delete of the bare name when it does not (a recheck is due
+// should neither come).
 func TestNodeWaitsForItsConfigMapsFirstListing(t *testing.T) {
 	for _, exists := range []bool{true, false} {
 		f := newFixture(t)
@@ -113,8 +114,8 @@ func TestNodeWaitsForItsConfigMapsFirstListing(t *testing.T) {
 		f.setNodeConfig(poolA("pool-a", v1alpha1.Rollout{}))
 		drain(f.c.nodeQ)
 
-		if err := f.syncNode("n1"); err != nil {
-			t.Fatalf("exists=%v: a sync before the listing failed: %v", exists, err)
+		if recheck, err := f.c.syncNode(context.Background(), "n1"); err != nil || recheck <= 0 {
+			t.Fatalf("exists=%v: a sync before the listing: err %v, recheck in %v, want no error and a recheck", exists, err, recheck)
 		}
 		if len(a.calls) != 0 || len(f.events()) != 0 {
 			t.Fatalf("exists=%v: before the listing the agent got %q and the events are %q, want nothing", exists, a.calls, f.events())
