@@ -80,8 +80,10 @@ type Store struct {
 
 // Options tune Open.
 type Options struct {
-	// NoSync skips every fsync, the one bbolt makes when the file grows
-	// too; only for tests and benchmarks that do not measure durability.
+	// NoSync skips every fsync, also the one bbolt makes when the file
+	// grows (with the truncate that sets its size first: the file then
+	// grows by its writes); only for tests and benchmarks that do not
+	// measure durability.
 	NoSync bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time

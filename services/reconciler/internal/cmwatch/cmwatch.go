@@ -12,7 +12,9 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -43,7 +45,10 @@ type cmWatch struct {
 	handled cache.ResourceEventHandlerRegistration
 	stop    context.CancelFunc
 	mu      sync.Mutex
-	err     error // the last list or watch error, nil once it works
+	// denied is the last refusal of a list or watch (forbidden,
+	// unauthorized), nil once one succeeds. Other errors pass: the
+	// reflector retries them.
+	denied error
 }
 
 // New builds a watcher whose events go to handler (after the store has
@@ -90,26 +95,47 @@ func (w *Watcher) Sync(ctx context.Context, refs []Ref) {
 
 func (w *Watcher) start(ctx context.Context, r Ref) *cmWatch {
 	cms := w.kube.CoreV1().ConfigMaps(r.Namespace)
+	cw := &cmWatch{}
+	list := func(ctx context.Context, opts metav1.ListOptions) (*corev1.ConfigMapList, error) {
+		l, err := cms.List(ctx, opts)
+		if err == nil {
+			cw.allowed()
+		}
+		return l, err
+	}
+	watchFrom := func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		wi, err := cms.Watch(ctx, opts)
+		if err == nil {
+			cw.allowed()
+		}
+		return wi, err
+	}
 	// The client says whether it can stream the first list as watch
 	// events (a fake cannot).
-	lw := cache.ToListWatcherWithWatchListSemantics(kubeapi.OneObject(r.Name, cms.List, cms.Watch), w.kube)
-	cw := &cmWatch{informer: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})}
+	lw := cache.ToListWatcherWithWatchListSemantics(kubeapi.OneObject(r.Name, list, watchFrom), w.kube)
+	cw.informer = cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
 	if w.transform != nil {
 		_ = cw.informer.SetTransform(w.transform)
 	}
 	_ = cw.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		if !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err) {
+			return
+		}
 		cw.mu.Lock()
-		cw.err = err
+		first := cw.denied == nil
+		cw.denied = err
 		cw.mu.Unlock()
+		if first && !cw.handled.HasSynced() {
+			// Whoever waits for the list learns now that none will come.
+			w.tellMissing(r)
+		}
 	})
 	cw.handled, _ = cw.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			cw.ok()
 			_ = w.store.Add(obj)
 			w.handler.OnAdd(obj, false)
 		},
 		UpdateFunc: func(old, cur any) {
-			cw.ok()
 			_ = w.store.Update(cur)
 			w.handler.OnUpdate(old, cur)
 		},
@@ -128,28 +154,38 @@ func (w *Watcher) start(ctx context.Context, r Ref) *cmWatch {
 	return cw
 }
 
-// tellIfAbsent waits for the watch's first list and, when it found no
-// ConfigMap, tells the handler with OnDelete of one that carries only the
-// name: whoever waited for the list (Listed) looks again and finds it
-// missing, where a ConfigMap that exists brings its own OnAdd.
+// tellIfAbsent waits for the watch's first list and tells the handler
+// when it found no ConfigMap (tellMissing); a ConfigMap that exists
+// brings its own OnAdd.
 func (w *Watcher) tellIfAbsent(ctx context.Context, cw *cmWatch, r Ref) {
-	if !cache.WaitForCacheSync(ctx.Done(), cw.handled.HasSynced) {
+	select {
+	case <-ctx.Done():
 		return
+	case <-cw.handled.HasSyncedChecker().Done():
 	}
 	if _, found, _ := w.store.GetByKey(r.Namespace + "/" + r.Name); !found {
-		w.handler.OnDelete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}})
+		w.tellMissing(r)
 	}
 }
 
-func (cw *cmWatch) ok() {
+// tellMissing hands the handler OnDelete of a ConfigMap that carries only
+// r's name: whoever waited for the list (Listed) looks again and finds it
+// missing, or unreadable (Err).
+func (w *Watcher) tellMissing(r Ref) {
+	w.handler.OnDelete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}})
+}
+
+func (cw *cmWatch) allowed() {
 	cw.mu.Lock()
-	cw.err = nil
+	cw.denied = nil
 	cw.mu.Unlock()
 }
 
-// HasSynced reports whether Sync ran and every watch has listed once (or
-// failed to: a ConfigMap the reconciler may not read must not hold the
-// others back).
+// HasSynced reports whether Sync ran and every watch it started has
+// listed once (or was refused: a ConfigMap the reconciler may not read
+// must not hold the others back). Sync may first run before every
+// NodeConfig is seen; a node whose ConfigMap is not watched yet waits for
+// it (Listed).
 func (w *Watcher) HasSynced() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -165,7 +201,7 @@ func (w *Watcher) HasSynced() bool {
 }
 
 // Listed reports whether the watch of the named ConfigMap has listed it
-// once (or failed to, which Err says). Before that, one missing from the
+// once (or was refused, which Err says). Before that, one missing from the
 // store may well exist: a NodeConfig that names it was just created or
 // changed, and its watch just started.
 func (w *Watcher) Listed(namespace, name string) bool {
@@ -176,13 +212,13 @@ func (w *Watcher) Listed(namespace, name string) bool {
 }
 
 func (cw *cmWatch) listed() bool {
-	return cw.handled.HasSynced() || cw.lastErr() != nil
+	return cw.handled.HasSynced() || cw.lastDenied() != nil
 }
 
-func (cw *cmWatch) lastErr() error {
+func (cw *cmWatch) lastDenied() error {
 	cw.mu.Lock()
 	defer cw.mu.Unlock()
-	return cw.err
+	return cw.denied
 }
 
 // Err says why a referenced ConfigMap cannot be read (forbidden, say), or
@@ -194,7 +230,7 @@ func (w *Watcher) Err(namespace, name string) error {
 	if !ok {
 		return nil
 	}
-	if err := cw.lastErr(); err != nil {
+	if err := cw.lastDenied(); err != nil {
 		return fmt.Errorf("the reconciler cannot read it (%w); grant its ServiceAccount get, list and watch on ConfigMaps in namespace %s", err, namespace)
 	}
 	return nil

@@ -49,6 +49,12 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 		// The update event brings us back with the new object.
 		return 0, nil
 	}
+	if s := nc.Spec.Source; s != nil && s.ConfigMap != nil && !c.configMapListed(s.ConfigMap) {
+		// The status would read the ConfigMap's absence from the cache as
+		// news (a halted version without a resourceVersion); the nodes'
+		// syncs after the listing queue it again.
+		return configMapListingRecheck, nil
+	}
 	status := c.computeStatus(nc)
 	c.metrics.observeNodeConfig(nc.Name, status)
 	// Outside every window, look again when the next one opens: the

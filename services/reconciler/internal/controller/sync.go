@@ -84,9 +84,16 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 // cache cannot say whether it exists.
 var errConfigMapNotListed = errors.New("the ConfigMap's watch has not listed it yet")
 
-// configMapListingRecheck is when a node that waited for its ConfigMap's
-// listing looks again if no event brought it back before.
+// configMapListingRecheck is when a node (or a NodeConfig's status) that
+// waited for its ConfigMap's listing looks again, should no event have
+// brought it back before.
 const configMapListingRecheck = 5 * time.Second
+
+// configMapListed says whether the cache can tell if ref's ConfigMap
+// exists: its watch has listed it once.
+func (c *Controller) configMapListed(ref *v1alpha1.ConfigMapSource) bool {
+	return c.o.ConfigMapListed == nil || c.o.ConfigMapListed(ref.Namespace, ref.Name)
+}
 
 // matches are the NodeConfigs that select one node.
 type matches struct {
@@ -144,7 +151,7 @@ func (c *Controller) desired(ctx context.Context, node *metav1.PartialObjectMeta
 		if err := c.clearAbandoned(ctx, node); err != nil {
 			return nil, policy.Desired{}, err
 		}
-		if ref := nc.Spec.Source.ConfigMap; c.o.ConfigMapListed != nil && !c.o.ConfigMapListed(ref.Namespace, ref.Name) {
+		if !c.configMapListed(nc.Spec.Source.ConfigMap) {
 			return nc, policy.Desired{}, errConfigMapNotListed
 		}
 		return nc, c.desiredFor(ctx, nc, node), nil
@@ -202,6 +209,9 @@ func (c *Controller) warnOnNewError(name string, res *policy.Result) {
 // data. A missing ConfigMap or key is an error that says which, and why it
 // cannot be read where the watch knows.
 func (c *Controller) pinned(ref *v1alpha1.ConfigMapSource) (*nodeconfigv1.ConfigSource, map[string]string, error) {
+	if !c.configMapListed(ref) {
+		return nil, nil, fmt.Errorf("ConfigMap %s/%s: %w; try again in a moment", ref.Namespace, ref.Name, errConfigMapNotListed)
+	}
 	cm, err := c.o.ConfigMaps.ConfigMaps(ref.Namespace).Get(ref.Name)
 	if err != nil {
 		if c.o.ConfigMapErr != nil {

@@ -103,7 +103,7 @@ func TestDesiredPicksTheNodeConfigTheNodeFollows(t *testing.T) {
 // no news. The node waits without a call to its agent, an error or an
 // event, and the listing's event brings it back: an Add when the ConfigMap
 // exists, a Delete of the bare name when it does not (a recheck is due
-// should neither come).
+// should neither come). The NodeConfig's status waits with it.
 func TestNodeWaitsForItsConfigMapsFirstListing(t *testing.T) {
 	for _, exists := range []bool{true, false} {
 		f := newFixture(t)
@@ -119,6 +119,14 @@ func TestNodeWaitsForItsConfigMapsFirstListing(t *testing.T) {
 		}
 		if len(a.calls) != 0 || len(f.events()) != 0 {
 			t.Fatalf("exists=%v: before the listing the agent got %q and the events are %q, want nothing", exists, a.calls, f.events())
+		}
+		// Nor does the NodeConfig's status read the absence as news.
+		before := len(f.dyn.Actions())
+		if recheck, err := f.c.syncNodeConfig(context.Background(), "pool-a"); err != nil || recheck <= 0 {
+			t.Fatalf("exists=%v: the status before the listing: err %v, recheck in %v, want no error and a recheck", exists, err, recheck)
+		}
+		if acts := f.dyn.Actions()[before:]; len(acts) != 0 {
+			t.Fatalf("exists=%v: before the listing the status sync asked the API %v, want nothing", exists, acts)
 		}
 
 		listed = true
