@@ -119,6 +119,9 @@ type Controller struct {
 	// decoded keeps each NodeConfig decoded per resourceVersion, shared
 	// read-only by the node syncs (nodeconfigcache.go).
 	decoded decodedNodeConfigs
+	// listing holds the nodes that wait for their ConfigMap's first
+	// listing (listing.go).
+	listing listingWaits
 	// nodesVersion moves whenever a Node comes, goes or changes labels:
 	// a cached selection made at an older version is stale.
 	nodesVersion atomic.Int64
@@ -170,5 +173,6 @@ func New(o Options) *Controller {
 		trials:     map[string]*trialIndex{},
 		waiting:    map[string]map[string]struct{}{},
 		selections: map[selectorKey]*selection{},
+		listing:    listingWaits{recheck: configMapListingRecheck},
 	}
 }

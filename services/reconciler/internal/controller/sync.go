@@ -54,10 +54,11 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 	nc, d, err := c.desired(ctx, node, m)
 	if errors.Is(err, errConfigMapNotListed) {
 		// No agent call, no error on the node: the listing's event brings
-		// the node back in milliseconds; the recheck, should the watch
-		// fail instead (forbidden, say), says why.
-		return configMapListingRecheck, nil
+		// the node back in milliseconds, or the recheck if none does.
+		c.listing.wait(name, c.nodeQ.Add)
+		return 0, nil
 	}
+	c.listing.done(name)
 	if err != nil {
 		return 0, err
 	}

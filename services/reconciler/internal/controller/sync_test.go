@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -102,8 +103,8 @@ func TestDesiredPicksTheNodeConfigTheNodeFollows(t *testing.T) {
 // watch of its ConfigMap: until it has listed, the cache's "not found" is
 // no news. The node waits without a call to its agent, an error or an
 // event, and the listing's event brings it back: an Add when the ConfigMap
-// exists, a Delete of the bare name when it does not (a recheck is due
-// should neither come). The NodeConfig's status waits with it.
+// exists, a Delete of the bare name when it does not. The NodeConfig's
+// status waits with it.
 func TestNodeWaitsForItsConfigMapsFirstListing(t *testing.T) {
 	for _, exists := range []bool{true, false} {
 		f := newFixture(t)
@@ -114,8 +115,8 @@ func TestNodeWaitsForItsConfigMapsFirstListing(t *testing.T) {
 		f.setNodeConfig(poolA("pool-a", v1alpha1.Rollout{}))
 		drain(f.c.nodeQ)
 
-		if recheck, err := f.c.syncNode(context.Background(), "n1"); err != nil || recheck <= 0 {
-			t.Fatalf("exists=%v: a sync before the listing: err %v, recheck in %v, want no error and a recheck", exists, err, recheck)
+		if err := f.syncNode("n1"); err != nil {
+			t.Fatalf("exists=%v: a sync before the listing failed: %v", exists, err)
 		}
 		if len(a.calls) != 0 || len(f.events()) != 0 {
 			t.Fatalf("exists=%v: before the listing the agent got %q and the events are %q, want nothing", exists, a.calls, f.events())
@@ -145,5 +146,38 @@ func TestNodeWaitsForItsConfigMapsFirstListing(t *testing.T) {
 		if !exists && (err == nil || !strings.Contains(err.Error(), `"cfg" not found`)) {
 			t.Fatalf("after the listing found none: err %v, want the ConfigMap not found", err)
 		}
+	}
+}
+
+// Should no event bring back a node that waited for its ConfigMap's
+// listing, the recheck does; a node the event brought back is not synced
+// again.
+func TestListingRecheckQueuesOnlyTheNodesStillWaiting(t *testing.T) {
+	f := newFixture(t)
+	f.c.listing.recheck = 20 * time.Millisecond
+	listed := false
+	f.c.o.ConfigMapListed = func(string, string) bool { return listed }
+	f.addNode("n1", map[string]string{"pool": "a"})
+	f.addNode("n2", map[string]string{"pool": "a"})
+	f.setNodeConfig(poolA("pool-a", v1alpha1.Rollout{}))
+	f.addConfigMap("ns", "cfg", "1", map[string]string{"k": "a: 1"})
+	drain(f.c.nodeQ)
+	for _, n := range []string{"n1", "n2"} {
+		if err := f.syncNode(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed = true
+	if err := f.syncNode("n1"); err != nil { // brought back by the listing's Add
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.c.nodeQ.Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Past every node's recheck, whatever it queued is queued.
+	time.Sleep(10 * f.c.listing.recheck)
+	if got := drain(f.c.nodeQ); !slices.Equal(got, []string{"n2"}) {
+		t.Fatalf("the recheck queued %q, want only n2, which no event brought back", got)
 	}
 }
