@@ -912,12 +912,10 @@ func runtimeMemory(page []byte) string {
 }
 
 // syncCounts are the reconciler's syncs so far (a node sync asks the
-// node's agent, a NodeConfig sync counts its selected nodes' states), and
-// its TokenRequests for the agents' tokens: on a call's path, and renewed
-// ahead in the background.
-// syncCounts are the reconciler's counts of its syncs (nodesFailed: node
-// syncs that failed and were retried with backoff, a rollout's stragglers)
-// and of the tokens it requested.
+// node's agent, a NodeConfig sync counts its selected nodes' states; the
+// failed node syncs are retried with backoff, a rollout's stragglers),
+// and its TokenRequests for the agents' tokens: on a call's path, and
+// renewed ahead in the background.
 type syncCounts struct{ nodes, nodesFailed, nodeConfigs, tokensOnUse, tokensAhead float64 }
 
 func readSyncs(metricsAddr string) (syncCounts, error) {

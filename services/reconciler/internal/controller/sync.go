@@ -152,10 +152,8 @@ func (c *Controller) desired(ctx context.Context, node *metav1.PartialObjectMeta
 		if err := c.clearAbandoned(ctx, node); err != nil {
 			return nil, policy.Desired{}, err
 		}
-		if !c.configMapListed(nc.Spec.Source.ConfigMap) {
-			return nc, policy.Desired{}, errConfigMapNotListed
-		}
-		return nc, c.desiredFor(ctx, nc, node), nil
+		d, err := c.desiredFor(ctx, nc, node)
+		return nc, d, err
 	case len(m.deleting) > 0:
 		nc, d := m.deleting[0], reset
 		for _, deleting := range m.deleting {
@@ -229,17 +227,21 @@ func (c *Controller) pinned(ref *v1alpha1.ConfigMapSource) (*nodeconfigv1.Config
 }
 
 // desiredFor resolves a NodeConfig's source for a node from the cache; a
-// missing ConfigMap or key is an early error that heals when it appears.
-func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, node *metav1.PartialObjectMetadata) policy.Desired {
+// missing ConfigMap or key is an early error that heals when it appears,
+// and one not listed yet is errConfigMapNotListed: no news at all.
+func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, node *metav1.PartialObjectMetadata) (policy.Desired, error) {
 	ref := nc.Spec.Source.ConfigMap
 	// Outside a maintenance window even a drift repair waits: it restarts
 	// the kubelet.
 	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: soakSeconds(nc), NodeConfig: nc.Name,
 		CheckDrift: c.trialsHeld(nc).reason != v1alpha1.ReasonOutsideWindow}
 	src, data, err := c.pinned(ref)
+	if errors.Is(err, errConfigMapNotListed) {
+		return policy.Desired{}, err
+	}
 	if err != nil {
 		d.ResolveErr = &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: policy.ReasonDownloadFailed, Message: err.Error()}
-		return d
+		return d, nil
 	}
 	d.Source = src
 	refused, err := c.refusal(ctx, versionOf(d.Source, d.Validator), d.Validator, data[ref.Key])
@@ -250,11 +252,11 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 		// why. Not judged, the node's sync fails so that it is retried
 		// with backoff.
 		c.queueStatus(nc.Name)
-		return policy.Desired{Mode: policy.ModeLeave, Held: err}
+		return policy.Desired{Mode: policy.ModeLeave, Held: err}, nil
 	}
 	d.Data = data
 	d.Admit = c.pace(nc, node.Name, versionOf(d.Source, d.Validator))
-	return d
+	return d, nil
 }
 
 // record stores the sync's outcome and returns when to look again; after
