@@ -121,9 +121,11 @@ type NodeState struct {
 	NextReconcileTime *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=next_reconcile_time,json=nextReconcileTime,proto3" json:"next_reconcile_time,omitempty"`
 	// soak_ends_time is when the current trial ends; unset when not soaking.
 	SoakEndsTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=soak_ends_time,json=soakEndsTime,proto3" json:"soak_ends_time,omitempty"`
-	// syncs counts the node's completed syncs since this reconciler started
-	// leading (a sync that ended early with an error included): a Resync has
-	// run once it is past the ResyncResponse's syncs_started.
+	// syncs is the place of the node's last completed sync among those begun
+	// since this reconciler started leading (a sync that ended early with an
+	// error is completed, one that waited for its ConfigMap's first listing
+	// is not): a Resync has run once it is past the ResyncResponse's
+	// syncs_started.
 	Syncs uint64 `protobuf:"varint,10,opt,name=syncs,proto3" json:"syncs,omitempty"`
 	// syncs_started counts the node's syncs begun since this reconciler
 	// started leading; it is past syncs while a sync is under way.

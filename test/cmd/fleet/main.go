@@ -317,7 +317,7 @@ func run(o options) (err error) {
 	}
 	report("first rollout (nothing assigned before)", first)
 	if syncs, err := readSyncs(metricsAddr); err == nil {
-		fmt.Printf("    node syncs since the reconciler started: %.0f, %.0f of them failed and retried with backoff\n", syncs.nodes, syncs.nodesFailed)
+		fmt.Printf("    node syncs since the reconciler started: %.0f, %.0f of them failed and retried with backoff, %.0f waited for their ConfigMap's first listing\n", syncs.nodes, syncs.nodesFailed, syncs.nodesWaited)
 	}
 	if err := watch.waitPromoted(ctx, cm.ResourceVersion, wait); err != nil {
 		return err
@@ -913,10 +913,13 @@ func runtimeMemory(page []byte) string {
 
 // syncCounts are the reconciler's syncs so far (a node sync asks the
 // node's agent, a NodeConfig sync counts its selected nodes' states; the
-// failed node syncs are retried with backoff, a rollout's stragglers),
-// and its TokenRequests for the agents' tokens: on a call's path, and
-// renewed ahead in the background.
-type syncCounts struct{ nodes, nodesFailed, nodeConfigs, tokensOnUse, tokensAhead float64 }
+// failed node syncs are retried with backoff, a rollout's stragglers; the
+// waiting ones asked no agent, their ConfigMap not listed yet), and its
+// TokenRequests for the agents' tokens: on a call's path, and renewed
+// ahead in the background.
+type syncCounts struct {
+	nodes, nodesFailed, nodesWaited, nodeConfigs, tokensOnUse, tokensAhead float64
+}
 
 func readSyncs(metricsAddr string) (syncCounts, error) {
 	page, err := fetch("http://" + metricsAddr + "/metrics")
@@ -954,8 +957,11 @@ func parseSyncs(page []byte) (syncCounts, error) {
 		switch labels["queue"] {
 		case "nodes":
 			n.nodes += v
-			if labels["result"] == "error" {
+			switch labels["result"] {
+			case "error":
 				n.nodesFailed += v
+			case "waiting":
+				n.nodesWaited += v
 			}
 		case "nodeconfigs":
 			n.nodeConfigs += v

@@ -10,13 +10,14 @@ nodeconfig_agent_token_requests_total{when="on_use"} 3
 # TYPE nodeconfig_reconciler_syncs_total counter
 nodeconfig_reconciler_syncs_total{queue="nodes",result="ok"} 10
 nodeconfig_reconciler_syncs_total{queue="nodes",result="error"} 2
+nodeconfig_reconciler_syncs_total{queue="nodes",result="waiting"} 5
 nodeconfig_reconciler_syncs_total{queue="nodeconfigs",result="ok"} 4
 `)
 	got, err := parseSyncs(page)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (syncCounts{nodes: 12, nodesFailed: 2, nodeConfigs: 4, tokensOnUse: 3, tokensAhead: 7}); got != want {
+	if want := (syncCounts{nodes: 17, nodesFailed: 2, nodesWaited: 5, nodeConfigs: 4, tokensOnUse: 3, tokensAhead: 7}); got != want {
 		t.Fatalf("parsed %+v, want %+v", got, want)
 	}
 }

@@ -32,11 +32,13 @@ type NodeInfo struct {
 	// generation its last sync was computed for: a NodeConfig's status
 	// observes a generation only once all its nodes were synced at it.
 	Generations []computedAt
-	// Syncs counts the ended syncs, those that ended early with an error
-	// too, and SyncsStarted the begun ones: a node's syncs run one at a
-	// time (the work queue never hands a key to two workers), so once
-	// Syncs is past the SyncsStarted that Resync returned, a sync that
-	// began after the Resync has run (GetNode shows both).
+	// SyncsStarted counts the begun syncs, and Syncs is the place among
+	// them of the last that completed, one that ended early with an error
+	// too but not one that waited for its ConfigMap's first listing: a
+	// node's syncs run one at a time (the work queue never hands a key to
+	// two workers), so once Syncs is past the SyncsStarted that Resync
+	// returned, a sync that began after the Resync has run to its end
+	// (GetNode shows both).
 	Syncs, SyncsStarted uint64
 	// indexed is where admission counts the node (trials.go).
 	indexed indexed

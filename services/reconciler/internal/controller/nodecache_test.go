@@ -20,9 +20,9 @@ func TestNodeInfosAreSortedCopiesWithTheirSyncCounts(t *testing.T) {
 		t.Error("infoLocked made a second entry for a known node")
 	}
 	f.c.mu.Unlock()
-	f.c.syncBegan("n2")() // begun and ended
-	f.c.syncBegan("n2")   // under way
-	f.c.syncBegan("n4")   // begun, never recorded
+	f.c.syncBegan("n2")(nil) // begun and ended
+	f.c.syncBegan("n2")      // under way
+	f.c.syncBegan("n4")      // begun, never recorded
 
 	infos := f.c.NodeInfos()
 	var names []string

@@ -1,5 +1,7 @@
 package controller
 
+import "errors"
+
 // Resync reconciles a node now, dropping its backoff. It returns the
 // node's SyncsStarted before the ask: the node has been synced since once
 // its Syncs is past that. The count is read before the node is queued, so a
@@ -16,12 +18,15 @@ func (c *Controller) Resync(node string) (syncsStarted uint64) {
 	return syncsStarted
 }
 
-// syncCount is a node's syncs begun and ended.
-type syncCount struct{ started, ended uint64 }
+// syncCount is a node's syncs begun, and the place among them of the last
+// one that completed: a node's syncs run one at a time, so that is also
+// how many syncs had begun when it did.
+type syncCount struct{ started, lastEnded uint64 }
 
-// syncBegan counts a sync of node beginning; the returned func counts it
-// ending, whatever way it ends (not after the node was forgotten).
-func (c *Controller) syncBegan(node string) (ended func()) {
+// syncBegan counts a sync of node beginning; the returned func takes the
+// sync's error and counts it completed, whatever way it ended, unless it
+// waits (errWaits) or the node was forgotten meanwhile.
+func (c *Controller) syncBegan(node string) (ended func(error)) {
 	c.mu.Lock()
 	n := c.syncs[node]
 	if n == nil {
@@ -29,12 +34,16 @@ func (c *Controller) syncBegan(node string) (ended func()) {
 		c.syncs[node] = n
 	}
 	n.started++
+	place := n.started
 	c.mu.Unlock()
-	return func() {
+	return func(err error) {
+		if errors.Is(err, errWaits) {
+			return
+		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.syncs[node] == n {
-			n.ended++
+			n.lastEnded = place
 		}
 	}
 }
@@ -42,7 +51,7 @@ func (c *Controller) syncBegan(node string) (ended func()) {
 // withSyncsLocked fills info's sync counts; c.mu must be held.
 func (c *Controller) withSyncsLocked(info NodeInfo) NodeInfo {
 	if n := c.syncs[info.Name]; n != nil {
-		info.Syncs, info.SyncsStarted = n.ended, n.started
+		info.Syncs, info.SyncsStarted = n.lastEnded, n.started
 	}
 	return info
 }

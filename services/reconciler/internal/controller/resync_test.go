@@ -139,6 +139,38 @@ func TestSyncEndingEarlyIsCountedAsEnded(t *testing.T) {
 	}
 }
 
+// A sync that waits for the node's ConfigMap's first listing has not run
+// to its end: it does not pass a Resync's ticket (the node's state it
+// would show is the one from before), the sync after the listing does.
+func TestSyncWaitingForTheListingDoesNotPassTheTicket(t *testing.T) {
+	f := newFixture(t)
+	listed := false
+	f.c.o.ConfigMapListed = func(string, string) bool { return listed }
+	f.addNode("n1", map[string]string{"pool": "a"})
+	if err := f.syncNode("n1"); err != nil { // no NodeConfig yet
+		t.Fatal(err)
+	}
+	f.addConfigMap("ns", "cfg", "1", map[string]string{"k": "a: 1"})
+	f.setNodeConfig(poolA("pool-a", v1alpha1.Rollout{}))
+	drain(f.c.nodeQ)
+	ticket := f.c.Resync("n1")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !f.c.processNext(ctx, "nodes", f.c.nodeQ, f.c.syncNode) {
+		t.Fatal("the queue shut down")
+	}
+	if ended, started := f.syncCounts("n1"); ended > ticket || started != ticket+1 {
+		t.Fatalf("after a sync that waited: the last completed is sync %d of %d begun; want none past the ticket %d", ended, started, ticket)
+	}
+	listed = true
+	if err := f.syncNode("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if ended, started := f.syncCounts("n1"); ended != ticket+2 || started != ticket+2 {
+		t.Fatalf("after the sync past the listing: the last completed is sync %d of %d begun; want %d of %d", ended, started, ticket+2, ticket+2)
+	}
+}
+
 // A deleted node's counts go with it.
 func TestDeletedNodeForgetsItsSyncCounts(t *testing.T) {
 	f := newFixture(t)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -57,6 +58,11 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	return nil
 }
 
+// errWaits ends a sync that waits for an event which brings its key back
+// (a node's ConfigMap's first listing): the sync did not complete, so it
+// neither fails nor succeeds, and the key's backoff stays as it was.
+var errWaits = errors.New("the sync waits for an event")
+
 // processNext runs one key of q through sync. A sync's delay brings the
 // key back after it; a failure without one is retried by q's rate limiter.
 // It returns false once q is shut down.
@@ -69,6 +75,10 @@ func (c *Controller) processNext(ctx context.Context, name string, q workqueue.T
 	start := time.Now()
 	after, err := sync(ctx, key)
 	c.metrics.syncSeconds.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	if errors.Is(err, errWaits) {
+		c.metrics.syncs.WithLabelValues(name, "waiting").Inc()
+		return true
+	}
 	if err != nil {
 		c.metrics.syncs.WithLabelValues(name, "error").Inc()
 		if after > 0 {

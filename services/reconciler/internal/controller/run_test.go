@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -39,6 +40,10 @@ func TestProcessNextRetriesFailuresAndSchedulesTheNextSync(t *testing.T) {
 	if n := q.NumRequeues("b"); n != 0 {
 		t.Errorf("a failure that took its own delay went through the rate limiter too (%d retries)", n)
 	}
+	run("a", 0, fmt.Errorf("ConfigMap ns/cfg: %w", errWaits))
+	if n := q.NumRequeues("a"); n != 1 {
+		t.Errorf("a sync that waited left %d failures of the key, want the 1 before it", n)
+	}
 	run("a", 0, nil)
 	if n := q.NumRequeues("a"); n != 0 {
 		t.Errorf("a success kept %d failures of the key", n)
@@ -48,6 +53,9 @@ func TestProcessNextRetriesFailuresAndSchedulesTheNextSync(t *testing.T) {
 	}
 	if errs, oks := testutil.ToFloat64(f.c.metrics.syncs.WithLabelValues("nodes", "error")), testutil.ToFloat64(f.c.metrics.syncs.WithLabelValues("nodes", "ok")); errs != 2 || oks != 1 {
 		t.Errorf("syncs counted %v failed and %v ok, want 2 and 1", errs, oks)
+	}
+	if waited := testutil.ToFloat64(f.c.metrics.syncs.WithLabelValues("nodes", "waiting")); waited != 1 {
+		t.Errorf("syncs counted %v waiting, want 1", waited)
 	}
 
 	q.ShutDown()

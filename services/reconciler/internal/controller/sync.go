@@ -35,10 +35,11 @@ var validators = map[string]nodeconfigv1.Validator{
 }
 
 // syncNode runs the lifecycle policy for one node.
-func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, error) {
+func (c *Controller) syncNode(ctx context.Context, name string) (next time.Duration, err error) {
 	// Counted before anything is read, so a sync counted after a Resync
 	// read everything after it.
-	defer c.syncBegan(name)()
+	ended := c.syncBegan(name)
+	defer func() { ended(err) }()
 	node, err := c.o.Nodes.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.forgetNode(name)
@@ -56,7 +57,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		// No agent call, no error on the node: the listing's event brings
 		// the node back in milliseconds, or the recheck if none does.
 		c.listing.wait(name, c.nodeQ.Add)
-		return 0, nil
+		return 0, errWaits
 	}
 	c.listing.done(name)
 	if err != nil {
@@ -73,7 +74,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (time.Duration, 
 		c.warnOnNewError(name, &res)
 	}
 	c.emit(node, nc, res.Events)
-	next := c.record(node, nc, res, m.live)
+	next = c.record(node, nc, res, m.live)
 	if res.Err != nil {
 		c.o.Log.Info("node sync failed; retrying with backoff", "node", name, "err", res.Err, "retry_in", next)
 		return next, res.Err

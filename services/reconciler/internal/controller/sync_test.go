@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -115,8 +116,8 @@ func TestNodeWaitsForItsConfigMapsFirstListing(t *testing.T) {
 		f.setNodeConfig(poolA("pool-a", v1alpha1.Rollout{}))
 		drain(f.c.nodeQ)
 
-		if err := f.syncNode("n1"); err != nil {
-			t.Fatalf("exists=%v: a sync before the listing failed: %v", exists, err)
+		if err := f.syncNode("n1"); !errors.Is(err, errWaits) {
+			t.Fatalf("exists=%v: a sync before the listing ended with %v, want it to wait", exists, err)
 		}
 		if len(a.calls) != 0 || len(f.events()) != 0 {
 			t.Fatalf("exists=%v: before the listing the agent got %q and the events are %q, want nothing", exists, a.calls, f.events())
@@ -163,8 +164,8 @@ func TestListingRecheckQueuesOnlyTheNodesStillWaiting(t *testing.T) {
 	f.addConfigMap("ns", "cfg", "1", map[string]string{"k": "a: 1"})
 	drain(f.c.nodeQ)
 	for _, n := range []string{"n1", "n2"} {
-		if err := f.syncNode(n); err != nil {
-			t.Fatal(err)
+		if err := f.syncNode(n); !errors.Is(err, errWaits) {
+			t.Fatalf("%s's sync before the listing ended with %v, want it to wait", n, err)
 		}
 	}
 	listed = true
