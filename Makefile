@@ -71,9 +71,10 @@ $(NODEBIN) &: hack/testbin/go.mod hack/testbin/go.sum
 node-packages: ## containerd, runc, the CNI plugins and iptables from Debian, when missing (needs root)
 	@hack/node-packages.sh
 
-generate: $(TOOLS) ## regenerate the Go code of proto/ and the CRD in deploy/crd (from services/api/v1alpha1)
+generate: $(TOOLS) ## regenerate the Go code of proto/, and the CRD in deploy/crd and the deep copies of services/api/v1alpha1 (from its types)
 	buf generate
 	hack/gen-crd.sh deploy/crd
+	controller-gen object paths=./services/api/v1alpha1
 
 build: ## build the three services, the reconciler's kubelet validator and the kubectl plugin (kubectl-nodeconfig) into ./bin
 	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES) kubectl-nodeconfig) $(KUBELET_CHECK)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fails when the committed Go code of proto/ differs from what buf generates,
-# or the CRD in deploy/crd from what controller-gen generates from the Go
-# types of services/api/v1alpha1 (hack/gen-crd.sh).
+# or the CRD in deploy/crd or the deep copies in services/api/v1alpha1 from
+# what controller-gen generates from the Go types there (hack/gen-crd.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -16,5 +16,12 @@ hack/gen-crd.sh "$tmp/crd"
 if ! diff -r "$tmp/crd" deploy/crd >/dev/null; then
   echo "deploy/crd is stale: run 'make generate' and commit the result"
   diff -r -u deploy/crd "$tmp/crd" || true
+  exit 1
+fi
+deepcopy=services/api/v1alpha1/zz_generated.deepcopy.go
+controller-gen object paths=./services/api/v1alpha1 output:object:stdout >"$tmp/deepcopy.go"
+if ! diff -q "$tmp/deepcopy.go" "$deepcopy" >/dev/null; then
+  echo "$deepcopy is stale: run 'make generate' and commit the result"
+  diff -u "$deepcopy" "$tmp/deepcopy.go" || true
   exit 1
 fi

@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/configcheck/kubeletexec"
 	"nodeconfig.io/services/reconciler/internal/agents"
@@ -43,7 +42,11 @@ func (r *Reconciler) lead(ctx context.Context) {
 		return
 	}
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(r.o.Dynamic, 0)
-	ncs := dynFactory.ForResource(v1alpha1.GroupVersionResource)
+	ncs, ncLister, err := controller.NodeConfigInformer(dynFactory)
+	if err != nil {
+		r.o.Log.Error("NodeConfig informer", "err", err)
+		return
+	}
 	// Only the ConfigMaps NodeConfigs name are watched (cmwatch); the
 	// controller's handler is set once it exists.
 	var cmH cache.ResourceEventHandler
@@ -52,7 +55,7 @@ func (r *Reconciler) lead(ctx context.Context) {
 		UpdateFunc: func(old, cur any) { cmH.OnUpdate(old, cur) },
 		DeleteFunc: func(obj any) { cmH.OnDelete(obj) },
 	}, slim)
-	synced := []cache.InformerSynced{nodes.Informer().HasSynced, ncs.Informer().HasSynced, cms.HasSynced}
+	synced := []cache.InformerSynced{nodes.Informer().HasSynced, ncs.HasSynced, cms.HasSynced}
 
 	pool := r.pool
 	podFactory := r.agentPodFactory()
@@ -71,7 +74,7 @@ func (r *Reconciler) lead(ctx context.Context) {
 	c := controller.New(controller.Options{
 		Kube: r.o.Kube, Dynamic: r.o.Dynamic,
 		Nodes:      metadatalister.New(nodes.Informer().GetIndexer(), nodesResource),
-		ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, ConfigMapListed: cms.Listed, NodeConfigs: ncs.Lister(), Synced: synced,
+		ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, ConfigMapListed: cms.Listed, NodeConfigs: ncLister, Synced: synced,
 		Agents: agentPool, Recorder: recorder, NormalNodeEvents: r.o.NodeEvents == "all", NodeValidationOnly: r.o.NodeValidationOnly,
 		Checker: configcheck.Checker{Kubelet: kubeletexec.Runner{Path: r.o.KubeletCheck}.Check},
 		Metrics: r.metrics, Log: r.o.Log,
@@ -80,8 +83,8 @@ func (r *Reconciler) lead(ctx context.Context) {
 	nodeH, configMapH, ncH, podH := c.Handlers()
 	cmH = configMapH // before any watch starts: they start once the NodeConfigs are listed
 	_, _ = nodes.Informer().AddEventHandler(nodeH)
-	_, _ = ncs.Informer().AddEventHandler(ncH)
-	watchReferencedConfigMaps(ctx, ncs, cms)
+	_, _ = ncs.AddEventHandler(ncH)
+	watchReferencedConfigMaps(ctx, ncs, ncLister, cms)
 	if podInformer != nil {
 		_, _ = podInformer.AddEventHandler(podH)
 		podFactory.Start(ctx.Done())
@@ -122,16 +125,16 @@ func (r *Reconciler) agentPodFactory() informers.SharedInformerFactory {
 
 // watchReferencedConfigMaps keeps cms watching the ConfigMaps the
 // NodeConfigs name: every NodeConfig change re-derives the set.
-func watchReferencedConfigMaps(ctx context.Context, ncs informers.GenericInformer, cms *cmwatch.Watcher) {
-	watchReferenced := func() { cms.Sync(ctx, controller.ReferencedConfigMaps(ncs.Lister())) }
-	_, _ = ncs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+func watchReferencedConfigMaps(ctx context.Context, ncs cache.SharedIndexInformer, lister cache.GenericLister, cms *cmwatch.Watcher) {
+	watchReferenced := func() { cms.Sync(ctx, controller.ReferencedConfigMaps(lister)) }
+	_, _ = ncs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { watchReferenced() },
 		UpdateFunc: func(any, any) { watchReferenced() },
 		DeleteFunc: func(any) { watchReferenced() },
 	})
 	go func() {
 		// Once: with no NodeConfig at all, nothing else would start it.
-		if cache.WaitForCacheSync(ctx.Done(), ncs.Informer().HasSynced) {
+		if cache.WaitForCacheSync(ctx.Done(), ncs.HasSynced) {
 			watchReferenced()
 		}
 	}()

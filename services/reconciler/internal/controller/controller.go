@@ -116,9 +116,6 @@ type Controller struct {
 	// cache.
 	selMu      sync.Mutex
 	selections map[selectorKey]*selection
-	// decoded keeps each NodeConfig decoded per resourceVersion, shared
-	// read-only by the node syncs (nodeconfigcache.go).
-	decoded decodedNodeConfigs
 	// listing holds the nodes that wait for their ConfigMap's first
 	// listing (listing.go).
 	listing listingWaits

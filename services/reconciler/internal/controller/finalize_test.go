@@ -72,9 +72,7 @@ func (f *fixture) catchUp(name string) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if err := f.ncs.Update(u); err != nil {
-		f.t.Fatal(err)
-	}
+	f.cacheNodeConfig(u)
 }
 
 // statusWrites counts the NodeConfig status writes sent to the fake API.

@@ -119,9 +119,7 @@ func (f *fixture) setNodeConfig(nc *v1alpha1.NodeConfig) {
 	cached := u.DeepCopy()
 	f.ncVersion++
 	cached.SetResourceVersion(strconv.Itoa(f.ncVersion))
-	if err := f.ncs.Update(cached); err != nil {
-		f.t.Fatal(err)
-	}
+	f.cacheNodeConfig(cached)
 	client := f.dyn.Resource(v1alpha1.GroupVersionResource)
 	if _, err := client.Get(context.Background(), nc.Name, metav1.GetOptions{}); err != nil {
 		_, err = client.Create(context.Background(), u.DeepCopy(), metav1.CreateOptions{})
@@ -129,6 +127,19 @@ func (f *fixture) setNodeConfig(nc *v1alpha1.NodeConfig) {
 			f.t.Fatal(err)
 		}
 	} else if _, err := client.Update(context.Background(), u.DeepCopy(), metav1.UpdateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// cacheNodeConfig puts u into the NodeConfig cache through the informer's
+// transform, as the reconciler's informer would.
+func (f *fixture) cacheNodeConfig(u *unstructured.Unstructured) {
+	f.t.Helper()
+	obj, err := DecodeNodeConfig(u)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.ncs.Update(obj); err != nil {
 		f.t.Fatal(err)
 	}
 }

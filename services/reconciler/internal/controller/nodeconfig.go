@@ -68,8 +68,9 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 	}
 	wasReady := meta.IsStatusConditionTrue(nc.Status.Conditions, v1alpha1.ConditionReady)
 	prevDegraded := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionDegraded)
-	nc.Status = status
-	u, err := v1alpha1.ToUnstructured(nc)
+	updated := nc.DeepCopy() // nc is the cache's
+	updated.Status = status
+	u, err := v1alpha1.ToUnstructured(updated)
 	if err != nil {
 		return 0, err
 	}

@@ -3,11 +3,10 @@ package controller
 import (
 	"fmt"
 	"sort"
-	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
 	"nodeconfig.io/services/api/v1alpha1"
@@ -15,89 +14,70 @@ import (
 )
 
 // nodeConfigs lists every NodeConfig from the cache, sorted by name. They
-// are shared between callers, which must not change them.
+// are the cache's own objects: callers must not change them.
 func (c *Controller) nodeConfigs() ([]*v1alpha1.NodeConfig, error) {
 	objs, err := c.o.NodeConfigs.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*v1alpha1.NodeConfig, 0, len(objs))
-	c.decoded.mu.Lock()
 	for _, obj := range objs {
-		nc, err := c.decoded.get(obj)
+		nc, err := toNodeConfig(obj)
 		if err != nil {
 			c.o.Log.Error("skipping undecodable NodeConfig", "err", err)
 			continue
 		}
 		out = append(out, nc)
 	}
-	if len(c.decoded.byUID) > len(out) {
-		c.decoded.keepOnly(out)
-	}
-	c.decoded.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
-// decodedNodeConfigs keeps each cached NodeConfig decoded once per
-// resourceVersion: every node sync looks at every NodeConfig, and so its
-// cost does not grow with the NodeConfigs a cluster has.
-type decodedNodeConfigs struct {
-	mu    sync.Mutex
-	byUID map[types.UID]decodedNodeConfig
+// NodeConfigInformer is factory's informer of NodeConfigs, its cache
+// holding them decoded (DecodeNodeConfig), and a lister of that cache.
+// factory's own lister would not do: it asserts unstructured objects.
+func NodeConfigInformer(factory dynamicinformer.DynamicSharedInformerFactory) (cache.SharedIndexInformer, cache.GenericLister, error) {
+	informer := factory.ForResource(v1alpha1.GroupVersionResource).Informer()
+	if err := informer.SetTransform(DecodeNodeConfig); err != nil {
+		return nil, nil, fmt.Errorf("NodeConfig informer: %w", err)
+	}
+	return informer, cache.NewGenericLister(informer.GetIndexer(), v1alpha1.GroupVersionResource.GroupResource()), nil
 }
 
-type decodedNodeConfig struct {
-	resourceVersion string
-	nc              *v1alpha1.NodeConfig
-}
-
-// get decodes obj, or returns its decoding of the same version. An object
-// without a resourceVersion (never one from the API server) is decoded
-// every time. Guarded by mu.
-func (d *decodedNodeConfigs) get(obj any) (*v1alpha1.NodeConfig, error) {
+// DecodeNodeConfig is the NodeConfig informer's transform: its cache holds
+// each version of a NodeConfig decoded once, as it arrives, because every
+// node sync reads every NodeConfig. One that does not decode is kept as it
+// came, and toNodeConfig says why wherever it is read; an object decoded
+// already (a transform may see one again) is kept too.
+func DecodeNodeConfig(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return toNodeConfig(obj)
+		return obj, nil
 	}
-	uid, rv := u.GetUID(), u.GetResourceVersion()
-	if e, ok := d.byUID[uid]; ok && rv != "" && e.resourceVersion == rv {
-		return e.nc, nil
-	}
-	nc, err := toNodeConfig(u)
+	nc, err := v1alpha1.FromUnstructured(u.Object)
 	if err != nil {
-		return nil, err
-	}
-	if rv != "" {
-		if d.byUID == nil {
-			d.byUID = map[types.UID]decodedNodeConfig{}
-		}
-		d.byUID[uid] = decodedNodeConfig{resourceVersion: rv, nc: nc}
+		return obj, nil
 	}
 	return nc, nil
 }
 
-// keepOnly forgets the NodeConfigs that are gone. Guarded by mu.
-func (d *decodedNodeConfigs) keepOnly(live []*v1alpha1.NodeConfig) {
-	kept := make(map[types.UID]decodedNodeConfig, len(live))
-	for _, nc := range live {
-		if e, ok := d.byUID[nc.UID]; ok && e.nc == nc {
-			kept[nc.UID] = e
-		}
-	}
-	d.byUID = kept
-}
-
-// toNodeConfig decodes a cached NodeConfig, also from a deletion tombstone.
+// toNodeConfig is a cached NodeConfig, also from a deletion tombstone.
 func toNodeConfig(obj any) (*v1alpha1.NodeConfig, error) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, fmt.Errorf("unexpected NodeConfig object %T", obj)
+	switch o := obj.(type) {
+	case *v1alpha1.NodeConfig:
+		return o, nil
+	case *unstructured.Unstructured:
+		// One DecodeNodeConfig could not decode: decoding it again says why.
+		nc, err := v1alpha1.FromUnstructured(o.Object)
+		if err != nil {
+			return nil, fmt.Errorf("NodeConfig %s: %w", o.GetName(), err)
+		}
+		return nc, nil
 	}
-	return v1alpha1.FromUnstructured(u.Object)
+	return nil, fmt.Errorf("unexpected NodeConfig object %T", obj)
 }
 
 // ReferencedConfigMaps names the ConfigMaps the NodeConfigs in lister use:

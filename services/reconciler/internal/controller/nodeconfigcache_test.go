@@ -1,15 +1,18 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
 	"nodeconfig.io/services/api/v1alpha1"
@@ -29,9 +32,7 @@ func TestNodeConfigsAreByNameWithoutTheUndecodable(t *testing.T) {
 	f.c.o.Log = slog.New(slog.DiscardHandler)
 	f.setNodeConfig(poolA("b", v1alpha1.Rollout{}))
 	f.setNodeConfig(poolA("a", v1alpha1.Rollout{}))
-	if err := f.ncs.Add(undecodable); err != nil {
-		t.Fatal(err)
-	}
+	f.cacheNodeConfig(undecodable.DeepCopy())
 	ncs, err := f.c.nodeConfigs()
 	if err != nil {
 		t.Fatal(err)
@@ -57,9 +58,7 @@ func TestReferencedConfigMapsAreTheSources(t *testing.T) {
 	other.Spec.Source.ConfigMap = &v1alpha1.ConfigMapSource{Namespace: "other", Name: "kubelet", Key: "k"}
 	f.setNodeConfig(other)
 	f.setNodeConfig(&v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "no-source"}})
-	if err := f.ncs.Add(undecodable); err != nil {
-		t.Fatal(err)
-	}
+	f.cacheNodeConfig(undecodable.DeepCopy())
 	got := ReferencedConfigMaps(f.c.o.NodeConfigs)
 	slices.SortFunc(got, func(x, y cmwatch.Ref) int { return strings.Compare(x.Namespace, y.Namespace) })
 	want := []cmwatch.Ref{{Namespace: "ns", Name: "cfg"}, {Namespace: "other", Name: "kubelet"}}
@@ -68,8 +67,8 @@ func TestReferencedConfigMapsAreTheSources(t *testing.T) {
 	}
 }
 
-// Every node sync reads every NodeConfig: each version of one is decoded
-// once, a new version is decoded again, and one deleted is forgotten.
+// Every node sync reads every NodeConfig: the cache holds each version of
+// one decoded once, a new version decoded again, and one deleted is gone.
 func TestNodeConfigsAreDecodedOncePerVersion(t *testing.T) {
 	f := newFixture(t)
 	a := poolA("a", v1alpha1.Rollout{})
@@ -100,8 +99,58 @@ func TestNodeConfigsAreDecodedOncePerVersion(t *testing.T) {
 	if left, _ := f.c.nodeConfigs(); len(left) != 1 || left[0].Name != "b" {
 		t.Fatalf("after a's deletion: %v, want b alone", left)
 	}
-	if _, kept := f.c.decoded.byUID[a.UID]; kept || len(f.c.decoded.byUID) != 1 {
-		t.Errorf("decoded NodeConfigs %v after a's deletion, want b's alone", f.c.decoded.byUID)
+}
+
+// The reconciler's NodeConfig informer lists typed NodeConfigs through its
+// lister, and what does not decode as it came, skipped by the readers.
+func TestNodeConfigInformerListsThemDecoded(t *testing.T) {
+	f := newFixture(t)
+	f.setNodeConfig(poolA("a", v1alpha1.Rollout{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.dyn.Resource(v1alpha1.GroupVersionResource).Create(ctx, undecodable.DeepCopy(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(f.dyn, 0)
+	informer, lister, err := NodeConfigInformer(factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	factory.Start(stop)
+	defer func() { close(stop); factory.Shutdown() }()
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("the NodeConfig informer never synced")
+	}
+	a, err := lister.Get("a")
+	if nc, ok := a.(*v1alpha1.NodeConfig); err != nil || !ok || nc.Spec.Source.ConfigMap.Name != "cfg" {
+		t.Fatalf("the lister's a: %T %v, %v; want NodeConfig a decoded", a, a, err)
+	}
+	if refs := ReferencedConfigMaps(lister); !slices.Equal(refs, []cmwatch.Ref{{Namespace: "ns", Name: "cfg"}}) {
+		t.Errorf("referenced %v through the informer's lister, want ns/cfg alone", refs)
+	}
+}
+
+// The informer's transform decodes a NodeConfig once and leaves alone what
+// it cannot decode, so that a bad object stalls neither the informer nor
+// the other NodeConfigs; reading that one says why.
+func TestDecodeNodeConfigKeepsTheUndecodableAsItCame(t *testing.T) {
+	f := newFixture(t)
+	f.setNodeConfig(poolA("a", v1alpha1.Rollout{}))
+	cached, _, _ := f.ncs.GetByKey("a")
+	nc, ok := cached.(*v1alpha1.NodeConfig)
+	if !ok || nc.Spec.Source.ConfigMap.Name != "cfg" {
+		t.Fatalf("the cache holds %T %v, want NodeConfig a decoded", cached, cached)
+	}
+	if again, err := DecodeNodeConfig(nc); err != nil || again != any(nc) {
+		t.Errorf("a decoded NodeConfig through the transform again: %v, %v; want it as it was", again, err)
+	}
+	kept, err := DecodeNodeConfig(undecodable)
+	if err != nil || kept != any(undecodable) {
+		t.Fatalf("the transform of an undecodable NodeConfig: %v, %v; want it kept as it came", kept, err)
+	}
+	if _, err := toNodeConfig(kept); err == nil || !strings.Contains(err.Error(), "NodeConfig broken") {
+		t.Errorf("reading the undecodable NodeConfig: %v, want an error naming it", err)
 	}
 }
 
