@@ -118,9 +118,10 @@ test: lint build build-race testbin nodebin node-packages images ## lint, then e
 	go run nodeconfig.io/test/cmd/fleet -nodes 20 -cold-reviews=false
 	go test $(TEST_FLAGS) $$(go list $(PACKAGES) | grep -v /test/realnode)
 	@# The race pass: the services' unit tests, then e2e tests driving binaries built with -race
-	@# (a race report in any of their logs fails the test).
+	@# and client-go's cache mutation detector on (a race report or an altered cache object in
+	@# any of their logs fails the test).
 	go test -race $(TEST_FLAGS) nodeconfig.io/proto/... nodeconfig.io/services/...
-	NODECONFIG_BIN=$(BIN)/race go test $(TEST_FLAGS) -run '$(RACE_E2E)' nodeconfig.io/test/e2e
+	KUBE_CACHE_MUTATION_DETECTOR=true NODECONFIG_BIN=$(BIN)/race go test $(TEST_FLAGS) -run '$(RACE_E2E)' nodeconfig.io/test/e2e
 	@# The real node (root, containerd, a kubelet) runs alone: it is the heaviest package.
 	go test $(TEST_FLAGS) nodeconfig.io/test/realnode/...
 

@@ -75,17 +75,22 @@ func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
 		for _, node := range e.nodes {
 			testenv.StopNode(t, c, node)
 		}
-		// Binaries built with -race (make test's race pass) report here.
-		if report := raceReport(root); report != "" {
-			t.Errorf("a service of this test hit a data race:\n%s", report)
+		// Binaries built with -race, and client-go's cache mutation
+		// detector (make test's race pass), report here.
+		if report := debugReport(root); report != "" {
+			t.Errorf("a service of this test hit a data race or changed an informer's cached object:\n%s", report)
 		}
 	})
 	return e
 }
 
-// raceReport returns the first race detector report in the logs under
-// root, "" if there is none.
-func raceReport(root string) string {
+// debugReports mark what the race pass's detectors print: a data race,
+// and an object of an informer's cache that its reader changed.
+var debugReports = []string{"WARNING: DATA RACE", "ALTERED!"}
+
+// debugReport returns the first detector report in the logs under root,
+// "" if there is none.
+func debugReport(root string) string {
 	var report string
 	_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".log") || report != "" {
@@ -95,8 +100,10 @@ func raceReport(root string) string {
 		if err != nil {
 			return nil
 		}
-		if i := strings.Index(string(b), "WARNING: DATA RACE"); i >= 0 {
-			report = path + ":\n" + string(b[i:min(len(b), i+4000)])
+		for _, mark := range debugReports {
+			if i := strings.Index(string(b), mark); i >= 0 && report == "" {
+				report = path + ":\n" + string(b[i:min(len(b), i+4000)])
+			}
 		}
 		return nil
 	})
