@@ -18,6 +18,7 @@ package authn
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -271,6 +272,11 @@ func (g *Guard) review(ctx context.Context, token string) (review, error) {
 		tr, err := g.reviews.Create(rctx, &authenticationv1.TokenReview{
 			Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{g.audience}},
 		}, metav1.CreateOptions{})
+		if errors.Is(err, context.DeadlineExceeded) {
+			// client-go names where the time ran out (its rate limiter
+			// before a retry, say), not that the review took too long.
+			return review{}, fmt.Errorf("the API server did not answer its TokenReview within %s (%w)", reviewTimeout, err)
+		}
 		if err != nil {
 			return review{}, err
 		}

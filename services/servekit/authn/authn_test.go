@@ -6,7 +6,9 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,6 +77,10 @@ func fakeReviews(t testing.TB) (*Guard, *atomic.Int64) {
 		switch c.Subject {
 		case "down":
 			return true, nil, errors.New("connection refused")
+		case "slow":
+			// client-go's words when the review's time runs out in its
+			// rate limiter, before a retry after a 429.
+			return true, nil, fmt.Errorf("client rate limiter Wait returned an error: %w", context.DeadlineExceeded)
 		case "reconciler", reconciler:
 			out.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{audience}, User: authenticationv1.UserInfo{Username: reconciler}}
 		case "other":
@@ -228,6 +234,16 @@ func TestGuardCoalescesAndCachesReviewsButNotFailuresToReview(t *testing.T) {
 	}
 	if got := calls.Load(); got != 5 {
 		t.Fatalf("%d TokenReviews after 3 calls while the API server was down, want 2+3", got)
+	}
+}
+
+// A review the API server does not answer in time says so, whatever
+// client-go was doing when the time ran out; the caller may retry.
+func TestReviewOutOfTimeSaysTheAPIServerDidNotAnswer(t *testing.T) {
+	g, _ := fakeReviews(t)
+	err := g.check(over("tcp", mint(t, "slow", time.Hour, audience)), "/x/Y")
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "the API server did not answer its TokenReview within 5s") {
+		t.Fatalf("a review out of time: %v, want Unavailable saying the API server did not answer within 5s", err)
 	}
 }
 
