@@ -102,7 +102,8 @@ func debugReport(root string) string {
 		}
 		for _, mark := range debugReports {
 			if i := strings.Index(string(b), mark); i >= 0 && report == "" {
-				report = path + ":\n" + string(b[i:min(len(b), i+4000)])
+				line := strings.LastIndexByte(string(b[:i]), '\n') + 1 // the report's heading
+				report = path + ":\n" + string(b[line:min(len(b), line+4000)])
 			}
 		}
 		return nil

@@ -134,9 +134,9 @@ func (e *env) resyncAndWait(name string, timeout time.Duration, want nodeconfigv
 // resync asks the reconciler to sync a node and returns the node's state
 // once a sync that began after the ask has run. A Resync only enqueues, and
 // a sync under way when it was asked (begun before it) ends after it: so
-// the wait is not for the ended syncs to move, but for them to pass the
-// syncs begun at the ask, which the Resync returns (a node's syncs run one
-// at a time).
+// the wait is not for the node's last completed sync to move, but for its
+// place among the begun syncs to pass the count begun at the ask, which the
+// Resync returns (a node's syncs run one at a time).
 func (e *env) resync(name string, timeout time.Duration) *nodeconfigv1.NodeState {
 	e.t.Helper()
 	var ticket uint64
@@ -161,7 +161,7 @@ func (e *env) resync(name string, timeout time.Duration) *nodeconfigv1.NodeState
 		got = e.nodeState(name)
 		return got.GetSyncs() > ticket, nil
 	}); err != nil {
-		e.t.Fatalf("node %s: no sync began after the resync and ran (syncs begun at the resync %d; now %d ended, %d begun): %v",
+		e.t.Fatalf("node %s: no sync began after the resync and ran (syncs begun at the resync %d; now the last completed is sync %d of %d begun): %v",
 			name, ticket, got.GetSyncs(), got.GetSyncsStarted(), err)
 	}
 	return got

@@ -128,7 +128,8 @@ type NodeState struct {
 	// syncs_started.
 	Syncs uint64 `protobuf:"varint,10,opt,name=syncs,proto3" json:"syncs,omitempty"`
 	// syncs_started counts the node's syncs begun since this reconciler
-	// started leading; it is past syncs while a sync is under way.
+	// started leading; it is past syncs while a sync is under way, and after
+	// one that waited until the next completes.
 	SyncsStarted  uint64 `protobuf:"varint,11,opt,name=syncs_started,json=syncsStarted,proto3" json:"syncs_started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

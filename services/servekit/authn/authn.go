@@ -272,10 +272,10 @@ func (g *Guard) review(ctx context.Context, token string) (review, error) {
 		tr, err := g.reviews.Create(rctx, &authenticationv1.TokenReview{
 			Spec: authenticationv1.TokenReviewSpec{Token: token, Audiences: []string{g.audience}},
 		}, metav1.CreateOptions{})
-		if errors.Is(err, context.DeadlineExceeded) {
+		if outOfTime(err) {
 			// client-go names where the time ran out (its rate limiter
-			// before a retry, say), not that the review took too long.
-			return review{}, fmt.Errorf("the API server did not answer its TokenReview within %s (%w)", reviewTimeout, err)
+			// before a retry after a 429, say), not that the review did.
+			return review{}, fmt.Errorf("the TokenReview did not complete within %s: the API server is slow or throttling it (%w)", reviewTimeout, err)
 		}
 		if err != nil {
 			return review{}, err
@@ -310,4 +310,11 @@ func (g *Guard) review(ctx context.Context, token string) (review, error) {
 		return review{}, err
 	}
 	return v.(review), nil
+}
+
+// outOfTime says whether err is a review's deadline passing: the context
+// ran out, or the client's rate limiter saw that its wait would outlast it
+// (golang.org/x/time/rate says so in words, wrapping nothing).
+func outOfTime(err error) bool {
+	return err != nil && (errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "would exceed context deadline"))
 }

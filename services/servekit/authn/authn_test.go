@@ -81,6 +81,9 @@ func fakeReviews(t testing.TB) (*Guard, *atomic.Int64) {
 			// client-go's words when the review's time runs out in its
 			// rate limiter, before a retry after a 429.
 			return true, nil, fmt.Errorf("client rate limiter Wait returned an error: %w", context.DeadlineExceeded)
+		case "throttled":
+			// Its words when the limiter's wait would outlast the time.
+			return true, nil, errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
 		case "reconciler", reconciler:
 			out.Status = authenticationv1.TokenReviewStatus{Authenticated: true, Audiences: []string{audience}, User: authenticationv1.UserInfo{Username: reconciler}}
 		case "other":
@@ -237,13 +240,19 @@ func TestGuardCoalescesAndCachesReviewsButNotFailuresToReview(t *testing.T) {
 	}
 }
 
-// A review the API server does not answer in time says so, whatever
-// client-go was doing when the time ran out; the caller may retry.
-func TestReviewOutOfTimeSaysTheAPIServerDidNotAnswer(t *testing.T) {
+// A review that runs out of time says so, whatever client-go was doing
+// when it did; the caller may retry.
+func TestReviewOutOfTimeSaysSo(t *testing.T) {
 	g, _ := fakeReviews(t)
-	err := g.check(over("tcp", mint(t, "slow", time.Hour, audience)), "/x/Y")
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "the API server did not answer its TokenReview within 5s") {
-		t.Fatalf("a review out of time: %v, want Unavailable saying the API server did not answer within 5s", err)
+	for _, subject := range []string{"slow", "throttled"} {
+		err := g.check(over("tcp", mint(t, subject, time.Hour, audience)), "/x/Y")
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "the TokenReview did not complete within 5s") {
+			t.Errorf("a review out of time (%s): %v, want Unavailable saying it did not complete within 5s", subject, err)
+		}
+	}
+	err := g.check(over("tcp", mint(t, "down", time.Hour, audience)), "/x/Y")
+	if strings.Contains(err.Error(), "did not complete") {
+		t.Errorf("a review refused by the network: %v, want no word of time", err)
 	}
 }
 

@@ -412,8 +412,8 @@ func run(o options) (err error) {
 	report("config change"+target, change)
 	if syncsAfter, err := readSyncs(metricsAddr); err == nil {
 		nodes, statuses := syncsAfter.nodes-syncsBefore.nodes, syncsAfter.nodeConfigs-syncsBefore.nodeConfigs
-		failed := syncsAfter.nodesFailed - syncsBefore.nodesFailed
-		fmt.Printf("    node syncs: %.1f per node (%.0f in all, %.0f failed and retried with backoff); NodeConfig status syncs: %.0f\n", nodes/float64(sel), nodes, failed, statuses)
+		failed, waited := syncsAfter.nodesFailed-syncsBefore.nodesFailed, syncsAfter.nodesWaited-syncsBefore.nodesWaited
+		fmt.Printf("    node syncs: %.1f per node (%.0f in all, %.0f failed and retried with backoff, %.0f waited for their ConfigMap's first listing); NodeConfig status syncs: %.0f\n", nodes/float64(sel), nodes, failed, waited, statuses)
 		fmt.Printf("    the reconciler's TokenRequests: %.0f on calls' paths, %.0f renewing ahead of use\n",
 			syncsAfter.tokensOnUse-syncsBefore.tokensOnUse, syncsAfter.tokensAhead-syncsBefore.tokensAhead)
 	}

@@ -91,8 +91,9 @@ type Controller struct {
 	// (resync.go) and the admission indexes (trials.go, depart.go).
 	mu    sync.Mutex
 	nodes map[string]*NodeInfo
-	// syncs counts each node's syncs, begun and ended, apart from nodes: a
-	// node is in nodes (seen) only once a sync recorded it.
+	// syncs holds each node's count of syncs begun and the place of its
+	// last completed one (resync.go), apart from nodes: a node is in nodes
+	// (seen) only once a sync recorded it.
 	syncs map[string]*syncCount
 	// departing indexes the nodes by the NodeConfig they leave, trials
 	// the nodes on trial or rolled back by the NodeConfig they are on.

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
@@ -67,8 +69,9 @@ func TestReferencedConfigMapsAreTheSources(t *testing.T) {
 	}
 }
 
-// Every node sync reads every NodeConfig: the cache holds each version of
-// one decoded once, a new version decoded again, and one deleted is gone.
+// The NodeConfigs a sync reads are the cache's own objects, not copies: the
+// same version twice is the same object, a new version a new one, and one
+// deleted is gone.
 func TestNodeConfigsAreDecodedOncePerVersion(t *testing.T) {
 	f := newFixture(t)
 	a := poolA("a", v1alpha1.Rollout{})
@@ -126,9 +129,38 @@ func TestNodeConfigInformerListsThemDecoded(t *testing.T) {
 	if nc, ok := a.(*v1alpha1.NodeConfig); err != nil || !ok || nc.Spec.Source.ConfigMap.Name != "cfg" {
 		t.Fatalf("the lister's a: %T %v, %v; want NodeConfig a decoded", a, a, err)
 	}
+	if broken, err := lister.Get("broken"); err != nil || !isUnstructured(broken) {
+		t.Errorf("the lister's undecodable NodeConfig: %T, %v; want it as it came", broken, err)
+	}
 	if refs := ReferencedConfigMaps(lister); !slices.Equal(refs, []cmwatch.Ref{{Namespace: "ns", Name: "cfg"}}) {
 		t.Errorf("referenced %v through the informer's lister, want ns/cfg alone", refs)
 	}
+
+	// A new version through the watch is decoded too, and a deletion goes.
+	updated := poolA("a", v1alpha1.Rollout{})
+	updated.Spec.SoakSeconds = 77
+	f.setNodeConfig(updated)
+	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		obj, err := lister.Get("a")
+		nc, ok := obj.(*v1alpha1.NodeConfig)
+		return err == nil && ok && nc.Spec.SoakSeconds == 77, nil
+	}); err != nil {
+		t.Fatalf("a's new version never reached the lister decoded: %v", err)
+	}
+	if err := f.dyn.Resource(v1alpha1.GroupVersionResource).Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		_, err := lister.Get("a")
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("a's deletion never reached the lister: %v", err)
+	}
+}
+
+func isUnstructured(obj any) bool {
+	_, ok := obj.(*unstructured.Unstructured)
+	return ok
 }
 
 // The informer's transform decodes a NodeConfig once and leaves alone what
