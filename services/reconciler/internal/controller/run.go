@@ -64,7 +64,8 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 var errWaits = errors.New("the sync waits for an event")
 
 // processNext runs one key of q through sync. A sync's delay brings the
-// key back after it; a failure without one is retried by q's rate limiter.
+// key back after it; a failure without one is retried by q's rate limiter;
+// a sync that waits (errWaits) leaves the key to the event it waits for.
 // It returns false once q is shut down.
 func (c *Controller) processNext(ctx context.Context, name string, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) (time.Duration, error)) bool {
 	key, quit := q.Get()
