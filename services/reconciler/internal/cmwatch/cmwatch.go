@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -96,23 +95,9 @@ func (w *Watcher) Sync(ctx context.Context, refs []Ref) {
 func (w *Watcher) start(ctx context.Context, r Ref) *cmWatch {
 	cms := w.kube.CoreV1().ConfigMaps(r.Namespace)
 	cw := &cmWatch{}
-	list := func(ctx context.Context, opts metav1.ListOptions) (*corev1.ConfigMapList, error) {
-		l, err := cms.List(ctx, opts)
-		if err == nil {
-			cw.allowed()
-		}
-		return l, err
-	}
-	watchFrom := func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-		wi, err := cms.Watch(ctx, opts)
-		if err == nil {
-			cw.allowed()
-		}
-		return wi, err
-	}
 	// The client says whether it can stream the first list as watch
 	// events (a fake cannot).
-	lw := cache.ToListWatcherWithWatchListSemantics(kubeapi.OneObject(r.Name, list, watchFrom), w.kube)
+	lw := cache.ToListWatcherWithWatchListSemantics(kubeapi.OneObject(r.Name, allowing(cw, cms.List), allowing(cw, cms.Watch)), w.kube)
 	cw.informer = cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
 	if w.transform != nil {
 		_ = cw.informer.SetTransform(w.transform)
@@ -175,10 +160,18 @@ func (w *Watcher) tellMissing(r Ref) {
 	w.handler.OnDelete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}})
 }
 
-func (cw *cmWatch) allowed() {
-	cw.mu.Lock()
-	cw.denied = nil
-	cw.mu.Unlock()
+// allowing wraps a list or watch call of cw's: one that succeeds clears
+// a refusal.
+func allowing[T any](cw *cmWatch, call func(context.Context, metav1.ListOptions) (T, error)) func(context.Context, metav1.ListOptions) (T, error) {
+	return func(ctx context.Context, opts metav1.ListOptions) (T, error) {
+		v, err := call(ctx, opts)
+		if err == nil {
+			cw.mu.Lock()
+			cw.denied = nil
+			cw.mu.Unlock()
+		}
+		return v, err
+	}
 }
 
 // HasSynced reports whether Sync ran and every watch it started has
