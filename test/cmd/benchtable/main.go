@@ -160,16 +160,24 @@ const runPrefix = "# run: "
 
 // output is what benchtable reads of saved benchmark output.
 type output struct {
-	figures map[string]map[string]float64   // metric values by benchmark, the last run's
-	series  map[string]map[string][]float64 // every run's values, in order
-	runs    []string                        // the runs' own lines (runPrefix), in order
+	series map[string]map[string][]float64 // every run's values by benchmark and metric, in order
+	runs   []string                        // the runs' own lines (runPrefix), in order
 }
 
-// parse collects metric values by benchmark; a benchmark run more than
-// once (several -count, or a run appended later) keeps its last value in
-// figures and every value in series.
+// last is each metric's value in bench's last run: the figure of a
+// benchmark run more than once (several -count, or a run appended later).
+func (o output) last(bench string) map[string]float64 {
+	figures := map[string]float64{}
+	for metric, values := range o.series[bench] {
+		figures[metric] = values[len(values)-1]
+	}
+	return figures
+}
+
+// parse collects metric values by benchmark, every run's of a benchmark
+// run more than once.
 func parse(r io.Reader) (output, error) {
-	out := output{figures: map[string]map[string]float64{}, series: map[string]map[string][]float64{}}
+	out := output{series: map[string]map[string][]float64{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -182,8 +190,7 @@ func parse(r io.Reader) (output, error) {
 			continue
 		}
 		name := suffix.ReplaceAllString(f[0], "")
-		if out.figures[name] == nil {
-			out.figures[name] = map[string]float64{}
+		if out.series[name] == nil {
 			out.series[name] = map[string][]float64{}
 		}
 		for i := 2; i+1 < len(f); i += 2 {
@@ -191,7 +198,6 @@ func parse(r io.Reader) (output, error) {
 			if err != nil {
 				break
 			}
-			out.figures[name][f[i+1]] = v
 			out.series[name][f[i+1]] = append(out.series[name][f[i+1]], v)
 		}
 	}
@@ -269,7 +275,8 @@ func render(o output, w io.Writer) (missed []string) {
 	fmt.Fprintln(w, "| figure | target | measured | ratio to anchor or floor | |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
 	for _, r := range rows {
-		v, ok := o.figures[r.bench][r.metric]
+		figures := o.last(r.bench)
+		v, ok := figures[r.metric]
 		if !ok {
 			notRun := "not run"
 			if cmd := runBy[r.bench]; cmd != "" {
@@ -291,7 +298,7 @@ func render(o output, w io.Writer) (missed []string) {
 		}
 		ref := ""
 		if r.reference != nil {
-			ref = r.reference(v, o.figures[r.bench])
+			ref = r.reference(v, figures)
 		}
 		ref += ofRuns
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.figure, r.target, measured, ref, verdict)
