@@ -317,7 +317,7 @@ func run(o options) (err error) {
 	}
 	report("first rollout (nothing assigned before)", first)
 	if syncs, err := readSyncs(metricsAddr); err == nil {
-		fmt.Printf("    node syncs since the reconciler started: %.0f, %.0f of them failed and retried with backoff, %.0f waited for their ConfigMap's first listing\n", syncs.nodes, syncs.nodesFailed, syncs.nodesWaited)
+		fmt.Printf("    node syncs since the reconciler started: %.0f, %s\n", syncs.nodes, syncs.outcomes())
 	}
 	if err := watch.waitPromoted(ctx, cm.ResourceVersion, wait); err != nil {
 		return err
@@ -411,11 +411,9 @@ func run(o options) (err error) {
 	}
 	report("config change"+target, change)
 	if syncsAfter, err := readSyncs(metricsAddr); err == nil {
-		nodes, statuses := syncsAfter.nodes-syncsBefore.nodes, syncsAfter.nodeConfigs-syncsBefore.nodeConfigs
-		failed, waited := syncsAfter.nodesFailed-syncsBefore.nodesFailed, syncsAfter.nodesWaited-syncsBefore.nodesWaited
-		fmt.Printf("    node syncs: %.1f per node (%.0f in all, %.0f failed and retried with backoff, %.0f waited for their ConfigMap's first listing); NodeConfig status syncs: %.0f\n", nodes/float64(sel), nodes, failed, waited, statuses)
-		fmt.Printf("    the reconciler's TokenRequests: %.0f on calls' paths, %.0f renewing ahead of use\n",
-			syncsAfter.tokensOnUse-syncsBefore.tokensOnUse, syncsAfter.tokensAhead-syncsBefore.tokensAhead)
+		d := syncsAfter.since(syncsBefore)
+		fmt.Printf("    node syncs: %.1f per node (%.0f in all, %s); NodeConfig status syncs: %.0f\n", d.nodes/float64(sel), d.nodes, d.outcomes(), d.nodeConfigs)
+		fmt.Printf("    the reconciler's TokenRequests: %.0f on calls' paths, %.0f renewing ahead of use\n", d.tokensOnUse, d.tokensAhead)
 	}
 	// A soak shorter than the change puts the first nodes' promotions
 	// (their agents', the API server's and the reconciler's share) in it.
@@ -919,6 +917,19 @@ func runtimeMemory(page []byte) string {
 // ahead in the background.
 type syncCounts struct {
 	nodes, nodesFailed, nodesWaited, nodeConfigs, tokensOnUse, tokensAhead float64
+}
+
+// since is what was counted after before.
+func (s syncCounts) since(before syncCounts) syncCounts {
+	return syncCounts{
+		nodes: s.nodes - before.nodes, nodesFailed: s.nodesFailed - before.nodesFailed, nodesWaited: s.nodesWaited - before.nodesWaited,
+		nodeConfigs: s.nodeConfigs - before.nodeConfigs, tokensOnUse: s.tokensOnUse - before.tokensOnUse, tokensAhead: s.tokensAhead - before.tokensAhead,
+	}
+}
+
+// outcomes says how the node syncs that did not simply succeed ended.
+func (s syncCounts) outcomes() string {
+	return fmt.Sprintf("%.0f failed and retried with backoff, %.0f waited for their ConfigMap's first listing", s.nodesFailed, s.nodesWaited)
 }
 
 func readSyncs(metricsAddr string) (syncCounts, error) {
