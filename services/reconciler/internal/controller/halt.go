@@ -105,19 +105,16 @@ func (c *Controller) rolledBackVersionsLocked(nc *v1alpha1.NodeConfig, selected 
 	return out
 }
 
-// desiredVersion is the version nc assigns now, from the cached ConfigMap;
-// ok is false when it has no source or the ConfigMap or key is missing.
+// desiredVersion is the version nc assigns now, from the cached ConfigMap
+// as the nodes' syncs read it (pinned); ok is false when it has no source
+// or the ConfigMap or key is missing.
 func (c *Controller) desiredVersion(nc *v1alpha1.NodeConfig) (version, bool) {
 	if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil {
 		return version{}, false
 	}
-	ref := nc.Spec.Source.ConfigMap
-	cm, err := c.o.ConfigMaps.ConfigMaps(ref.Namespace).Get(ref.Name)
+	src, _, err := c.pinned(nc.Spec.Source.ConfigMap)
 	if err != nil {
 		return version{}, false
 	}
-	if _, ok := cm.Data[ref.Key]; !ok {
-		return version{}, false
-	}
-	return version{string(cm.UID), cm.ResourceVersion, ref.Key, validatorName(validators[nc.Spec.Validator])}, true
+	return versionOf(src, validators[nc.Spec.Validator]), true
 }
