@@ -67,8 +67,8 @@ func TestSelectorChangeResetsArePacedAcrossAFailOver(t *testing.T) {
 		if r.GetAssigned() != nil || r.GetActive() != nil || r.GetLastKnownGood() != nil {
 			t.Fatalf("node %s not on its local default: %v", n.Name, r)
 		}
-		if _, ok := n.Target(); ok {
-			t.Fatalf("node %s still has its drop-in", n.Name)
+		if err := n.WaitTargetGone(10 * time.Second); err != nil {
+			t.Fatalf("node %s still has its drop-in: %v", n.Name, err)
 		}
 	}
 }

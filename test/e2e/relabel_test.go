@@ -59,7 +59,7 @@ func TestRelabelledNodesFollowTheNodeConfigThatSelectsThem(t *testing.T) {
 	lastKnownGood(0, b.ResourceVersion, "moved from pool a to pool b")
 	relabel(1, nil)
 	lastKnownGood(1, "", "taken out of every pool")
-	if _, ok := e.nodes[1].Target(); ok {
-		t.Fatalf("node %s is in no pool and still has its drop-in", e.nodes[1].Name)
+	if err := e.nodes[1].WaitTargetGone(10 * time.Second); err != nil {
+		t.Fatalf("node %s is in no pool and still has its drop-in: %v", e.nodes[1].Name, err)
 	}
 }

@@ -149,8 +149,8 @@ func TestConfigThatFailsDuringSoakIsNotPromoted(t *testing.T) {
 	e.waitNode(node, 20*time.Second, "rolled back to the local default", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return rv(st.Assigned) == bad.ResourceVersion && st.Active == nil && st.LastKnownGood == nil && reasonIs(c, "RolledBack")
 	})
-	if _, ok := e.nodes[0].Target(); ok {
-		t.Fatal("target file still exists; the local default means no file")
+	if err := e.nodes[0].WaitTargetGone(10 * time.Second); err != nil {
+		t.Fatalf("target file still exists; the local default means no file: %v", err)
 	}
 }
 
@@ -168,8 +168,8 @@ func TestNilSourceResetsLastKnownGoodImmediately(t *testing.T) {
 	e.waitNode(node, 20*time.Second, "reset", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return st.Assigned == nil && st.Active == nil && st.LastKnownGood == nil && reasonIs(c, "LocalDefault")
 	})
-	if _, ok := e.nodes[0].Target(); ok {
-		t.Fatal("target file still exists after the reset")
+	if err := e.nodes[0].WaitTargetGone(10 * time.Second); err != nil {
+		t.Fatalf("target file still exists after the reset: %v", err)
 	}
 }
 

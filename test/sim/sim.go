@@ -162,6 +162,16 @@ func (n *Node) Target() (content string, ok bool) {
 	return string(b), err == nil
 }
 
+// WaitTargetGone waits until the materialized file is gone. A reset
+// records the local default first and removes the file after it, so the
+// file may outlive the records by a moment.
+func (n *Node) WaitTargetGone(timeout time.Duration) error {
+	return proc.WaitFor(timeout, func() (bool, error) {
+		_, ok := n.Target()
+		return !ok, nil
+	})
+}
+
 // Stop stops the agents (SIGTERM, then SIGKILL).
 func (n *Node) Stop() {
 	if n.conn != nil {
