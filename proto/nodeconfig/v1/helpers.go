@@ -115,3 +115,14 @@ func (r *Records) ResetSoaking(now time.Time) bool {
 	end := r.ResetSoakEnd()
 	return end.IsZero() || now.Before(end)
 }
+
+// FailedLate returns the node's mark of src judged by v: the version failed
+// late there, so it is never activated again. Nil if it did not.
+func (r *Records) FailedLate(src *ConfigSource, v Validator) *FailedVersion {
+	for _, f := range r.GetFailed() {
+		if f.GetValidator() == v && SameSource(f.GetSource(), src) {
+			return f
+		}
+	}
+	return nil
+}

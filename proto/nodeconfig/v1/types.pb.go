@@ -570,7 +570,12 @@ type Records struct {
 	// last_reset is the node's last return to its local default from an assigned
 	// config, kept until the next assignment: a reset is a change like any
 	// other, so its soak paces the next departures, even across a fail-over.
-	LastReset     *ResetRecord `protobuf:"bytes,7,opt,name=last_reset,json=lastReset,proto3" json:"last_reset,omitempty"`
+	LastReset *ResetRecord `protobuf:"bytes,7,opt,name=last_reset,json=lastReset,proto3" json:"last_reset,omitempty"`
+	// failed are the versions that failed late on this node, newest last and
+	// a few kept: the durable mark that no early error, restart or soak edit
+	// erases, so that none of them is activated again. Only a new version or
+	// another validator is judged anew.
+	Failed        []*FailedVersion `protobuf:"bytes,8,rep,name=failed,proto3" json:"failed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -654,6 +659,83 @@ func (x *Records) GetLastReset() *ResetRecord {
 	return nil
 }
 
+func (x *Records) GetFailed() []*FailedVersion {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
+// FailedVersion is one version that failed late on the node, as it was
+// judged (its validator), and why.
+type FailedVersion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Source        *ConfigSource          `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Validator     Validator              `protobuf:"varint,2,opt,name=validator,proto3,enum=nodeconfig.v1.Validator" json:"validator,omitempty"`
+	Error         *ConfigError           `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedVersion) Reset() {
+	*x = FailedVersion{}
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedVersion) ProtoMessage() {}
+
+func (x *FailedVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedVersion.ProtoReflect.Descriptor instead.
+func (*FailedVersion) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FailedVersion) GetSource() *ConfigSource {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *FailedVersion) GetValidator() Validator {
+	if x != nil {
+		return x.Validator
+	}
+	return Validator_VALIDATOR_UNSPECIFIED
+}
+
+func (x *FailedVersion) GetError() *ConfigError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *FailedVersion) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 // ResetRecord is when the node returned to its local default, from what,
 // and how long that change soaks.
 type ResetRecord struct {
@@ -670,7 +752,7 @@ type ResetRecord struct {
 
 func (x *ResetRecord) Reset() {
 	*x = ResetRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +764,7 @@ func (x *ResetRecord) String() string {
 func (*ResetRecord) ProtoMessage() {}
 
 func (x *ResetRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +777,7 @@ func (x *ResetRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRecord.ProtoReflect.Descriptor instead.
 func (*ResetRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ResetRecord) GetFrom() *ConfigSource {
@@ -743,7 +825,7 @@ type ConsumerRecord struct {
 
 func (x *ConsumerRecord) Reset() {
 	*x = ConsumerRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +837,7 @@ func (x *ConsumerRecord) String() string {
 func (*ConsumerRecord) ProtoMessage() {}
 
 func (x *ConsumerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +850,7 @@ func (x *ConsumerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerRecord.ProtoReflect.Descriptor instead.
 func (*ConsumerRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ConsumerRecord) GetSource() *ConfigSource {
@@ -818,7 +900,7 @@ type NodeConfigStatus struct {
 
 func (x *NodeConfigStatus) Reset() {
 	*x = NodeConfigStatus{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +912,7 @@ func (x *NodeConfigStatus) String() string {
 func (*NodeConfigStatus) ProtoMessage() {}
 
 func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +925,7 @@ func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfigStatus.ProtoReflect.Descriptor instead.
 func (*NodeConfigStatus) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeConfigStatus) GetAssigned() *ConfigSource {
@@ -904,7 +986,7 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\vErrorRecord\x120\n" +
 	"\x05error\x18\x01 \x01(\v2\x1a.nodeconfig.v1.ConfigErrorR\x05error\x129\n" +
 	"\n" +
-	"written_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\x82\x03\n" +
+	"written_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\xb8\x03\n" +
 	"\aRecords\x129\n" +
 	"\bassigned\x18\x01 \x01(\v2\x1d.nodeconfig.v1.AssignedRecordR\bassigned\x123\n" +
 	"\x06active\x18\x02 \x01(\v2\x1b.nodeconfig.v1.SourceRecordR\x06active\x12C\n" +
@@ -913,7 +995,13 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x129\n" +
 	"\bconsumer\x18\x06 \x01(\v2\x1d.nodeconfig.v1.ConsumerRecordR\bconsumer\x129\n" +
 	"\n" +
-	"last_reset\x18\a \x01(\v2\x1a.nodeconfig.v1.ResetRecordR\tlastReset\"\xae\x01\n" +
+	"last_reset\x18\a \x01(\v2\x1a.nodeconfig.v1.ResetRecordR\tlastReset\x124\n" +
+	"\x06failed\x18\b \x03(\v2\x1c.nodeconfig.v1.FailedVersionR\x06failed\"\xda\x01\n" +
+	"\rFailedVersion\x123\n" +
+	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x126\n" +
+	"\tvalidator\x18\x02 \x01(\x0e2\x18.nodeconfig.v1.ValidatorR\tvalidator\x120\n" +
+	"\x05error\x18\x03 \x01(\v2\x1a.nodeconfig.v1.ConfigErrorR\x05error\x12*\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xae\x01\n" +
 	"\vResetRecord\x12/\n" +
 	"\x04from\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x04from\x12*\n" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12!\n" +
@@ -961,7 +1049,7 @@ func file_nodeconfig_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_nodeconfig_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(Validator)(0),                // 0: nodeconfig.v1.Validator
 	(ErrorPhase)(0),               // 1: nodeconfig.v1.ErrorPhase
@@ -972,39 +1060,45 @@ var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(*SourceRecord)(nil),          // 6: nodeconfig.v1.SourceRecord
 	(*ErrorRecord)(nil),           // 7: nodeconfig.v1.ErrorRecord
 	(*Records)(nil),               // 8: nodeconfig.v1.Records
-	(*ResetRecord)(nil),           // 9: nodeconfig.v1.ResetRecord
-	(*ConsumerRecord)(nil),        // 10: nodeconfig.v1.ConsumerRecord
-	(*NodeConfigStatus)(nil),      // 11: nodeconfig.v1.NodeConfigStatus
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*FailedVersion)(nil),         // 9: nodeconfig.v1.FailedVersion
+	(*ResetRecord)(nil),           // 10: nodeconfig.v1.ResetRecord
+	(*ConsumerRecord)(nil),        // 11: nodeconfig.v1.ConsumerRecord
+	(*NodeConfigStatus)(nil),      // 12: nodeconfig.v1.NodeConfigStatus
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_nodeconfig_v1_types_proto_depIdxs = []int32{
 	1,  // 0: nodeconfig.v1.ConfigError.phase:type_name -> nodeconfig.v1.ErrorPhase
 	3,  // 1: nodeconfig.v1.AssignedRecord.source:type_name -> nodeconfig.v1.ConfigSource
 	0,  // 2: nodeconfig.v1.AssignedRecord.validator:type_name -> nodeconfig.v1.Validator
-	12, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
+	13, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
 	3,  // 4: nodeconfig.v1.SourceRecord.source:type_name -> nodeconfig.v1.ConfigSource
-	12, // 5: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
+	13, // 5: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: nodeconfig.v1.ErrorRecord.error:type_name -> nodeconfig.v1.ConfigError
-	12, // 7: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
+	13, // 7: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
 	5,  // 8: nodeconfig.v1.Records.assigned:type_name -> nodeconfig.v1.AssignedRecord
 	6,  // 9: nodeconfig.v1.Records.active:type_name -> nodeconfig.v1.SourceRecord
 	6,  // 10: nodeconfig.v1.Records.last_known_good:type_name -> nodeconfig.v1.SourceRecord
 	7,  // 11: nodeconfig.v1.Records.error:type_name -> nodeconfig.v1.ErrorRecord
-	10, // 12: nodeconfig.v1.Records.consumer:type_name -> nodeconfig.v1.ConsumerRecord
-	9,  // 13: nodeconfig.v1.Records.last_reset:type_name -> nodeconfig.v1.ResetRecord
-	3,  // 14: nodeconfig.v1.ResetRecord.from:type_name -> nodeconfig.v1.ConfigSource
-	12, // 15: nodeconfig.v1.ResetRecord.at:type_name -> google.protobuf.Timestamp
-	3,  // 16: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
-	2,  // 17: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
-	12, // 18: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
-	3,  // 19: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 20: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 21: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	11, // 12: nodeconfig.v1.Records.consumer:type_name -> nodeconfig.v1.ConsumerRecord
+	10, // 13: nodeconfig.v1.Records.last_reset:type_name -> nodeconfig.v1.ResetRecord
+	9,  // 14: nodeconfig.v1.Records.failed:type_name -> nodeconfig.v1.FailedVersion
+	3,  // 15: nodeconfig.v1.FailedVersion.source:type_name -> nodeconfig.v1.ConfigSource
+	0,  // 16: nodeconfig.v1.FailedVersion.validator:type_name -> nodeconfig.v1.Validator
+	4,  // 17: nodeconfig.v1.FailedVersion.error:type_name -> nodeconfig.v1.ConfigError
+	13, // 18: nodeconfig.v1.FailedVersion.at:type_name -> google.protobuf.Timestamp
+	3,  // 19: nodeconfig.v1.ResetRecord.from:type_name -> nodeconfig.v1.ConfigSource
+	13, // 20: nodeconfig.v1.ResetRecord.at:type_name -> google.protobuf.Timestamp
+	3,  // 21: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	2,  // 22: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
+	13, // 23: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
+	3,  // 24: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 25: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 26: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_types_proto_init() }
@@ -1018,7 +1112,7 @@ func file_nodeconfig_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodeconfig_v1_types_proto_rawDesc), len(file_nodeconfig_v1_types_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -48,7 +48,7 @@ func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, message string) (
 	if src == nil || !proto.Equal(recs.GetActive().GetSource(), src) || proto.Equal(recs.GetLastKnownGood().GetSource(), src) {
 		return false, nil
 	}
-	if _, err := c.rollBackLocked(ReasonConsumerUnhealthy, message); err != nil {
+	if _, err := c.rollBackLocked(ReasonConsumerUnhealthy, message, src); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -124,8 +124,12 @@ func (n *Node) Assign(a Assignment) (*nodeconfigv1.Records, error) {
 			return false, nil
 		}
 		r.Assigned = &nodeconfigv1.AssignedRecord{Source: src, SoakSeconds: a.SoakSeconds, Validator: a.Validator, WrittenAt: now, NodeConfig: a.NodeConfig}
-		// The error (and the reset) belonged to what came before.
+		// The error (and the reset) belonged to what came before, unless
+		// this version already failed late here: its mark stands.
 		r.Error, r.LastReset = nil, nil
+		if f := r.FailedLate(src, a.Validator); f != nil {
+			r.Error = &nodeconfigv1.ErrorRecord{Error: f.GetError(), WrittenAt: now}
+		}
 		return true, nil
 	})
 	if err != nil {
@@ -156,9 +160,18 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 		}
 		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_NOTHING_ASSIGNED, recs, nil
 	}
+	if f := recs.FailedLate(assigned.GetSource(), assigned.GetValidator()); f != nil {
+		// Judged once already: a retry, a restart or a soak edit never
+		// tries it again.
+		recs, err := n.keepLateErrorLocked(f)
+		if err != nil {
+			return 0, nil, err
+		}
+		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, recs, nil
+	}
 	content, reason, loadErr := n.load(assigned.GetSource(), assigned.GetValidator())
 	if loadErr != nil {
-		recs, err := n.rollBackLocked(reason, fmt.Sprintf("%s %s: %v", describeExactly(assigned.GetSource()), reasonVerb(reason), loadErr))
+		recs, err := n.rollBackLocked(reason, fmt.Sprintf("%s %s: %v", describeExactly(assigned.GetSource()), reasonVerb(reason), loadErr), assigned.GetSource())
 		if err != nil {
 			return 0, nil, err
 		}
@@ -207,8 +220,10 @@ func (n *Node) writeFailedLocked(message string, cause error) error {
 }
 
 // rollBackLocked makes last-known-good active (nil: the local default, so
-// the target file goes) and records a late error.
-func (n *Node) rollBackLocked(reason, message string) (*nodeconfigv1.Records, error) {
+// the target file goes) and records a late error; when failed is the
+// assigned config, its version is marked so that it is never activated
+// again.
+func (n *Node) rollBackLocked(reason, message string, failed *nodeconfigv1.ConfigSource) (*nodeconfigv1.Records, error) {
 	recs, err := n.store.Records()
 	if err != nil {
 		return nil, err
@@ -234,9 +249,10 @@ func (n *Node) rollBackLocked(reason, message string) (*nodeconfigv1.Records, er
 		if switched {
 			n.consumerStale(r, now)
 		}
-		r.Error = &nodeconfigv1.ErrorRecord{
-			Error:     &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: reason, Message: message},
-			WrittenAt: now,
+		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: reason, Message: message}
+		r.Error = &nodeconfigv1.ErrorRecord{Error: e, WrittenAt: now}
+		if a := r.GetAssigned(); failed != nil && proto.Equal(a.GetSource(), failed) {
+			markFailed(r, &nodeconfigv1.FailedVersion{Source: failed, Validator: a.GetValidator(), Error: e, At: now})
 		}
 		return true, nil
 	})
@@ -287,12 +303,14 @@ func (n *Node) Promote(src *nodeconfigv1.ConfigSource) (*nodeconfigv1.Records, e
 	return recs, nil
 }
 
-// SetError records an early error, or clears the error (nil).
+// SetError records an early error, or clears the error (nil). A late
+// error stays: it is the node's verdict on the assigned version, and only
+// a new assignment replaces it.
 func (n *Node) SetError(e *nodeconfigv1.ConfigError) (*nodeconfigv1.Records, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
-		if proto.Equal(r.GetError().GetError(), e) {
+		if proto.Equal(r.GetError().GetError(), e) || r.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
 			return false, nil
 		}
 		if e == nil {
@@ -387,7 +405,7 @@ func (n *Node) repairLocked() (bool, error) {
 	active := recs.GetActive().GetSource()
 	content, err := n.content(active)
 	if err != nil {
-		if _, rbErr := n.rollBackLocked(configcheck.ReasonLoadFailed, fmt.Sprintf("active %s no longer loads: %v", describeExactly(active), err)); rbErr != nil {
+		if _, rbErr := n.rollBackLocked(configcheck.ReasonLoadFailed, fmt.Sprintf("active %s no longer loads: %v", describeExactly(active), err), active); rbErr != nil {
 			return false, rbErr
 		}
 		return true, nil

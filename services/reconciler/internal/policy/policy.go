@@ -150,6 +150,11 @@ func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, re
 	if d.ResolveErr != nil {
 		return earlyError(ctx, agent, recs, d.ResolveErr)
 	}
+	if recs.FailedLate(d.Source, d.Validator) != nil {
+		// The node judged this version and rolled it back: only a new
+		// version or validator is tried, so it takes no place in a trial.
+		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs}
+	}
 	a := recs.GetAssigned()
 	if a != nil && nodeconfigv1.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator && a.GetSoakSeconds() == d.SoakSeconds {
 		return continueTrial(ctx, agent, recs, d, now)
