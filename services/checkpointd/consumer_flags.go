@@ -12,9 +12,9 @@ import (
 // consumerFlags say how this node's consumer of the file (the kubelet) is
 // restarted and probed: the node's own facts, so they are agent flags.
 type consumerFlags struct {
-	restart, pidFile, exe, proc, unit, healthURL, logFile string
-	healthTimeout, period                                 time.Duration
-	failures                                              int
+	restart, pidFile, exe, proc, unit, healthURL, logFile, runtimeEndpoint string
+	healthTimeout, period                                                  time.Duration
+	failures                                                               int
 }
 
 func (c *consumerFlags) register(fs *flag.FlagSet) {
@@ -28,6 +28,7 @@ func (c *consumerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.healthTimeout, "consumer-health-timeout", 2*time.Minute, "how long a restarted consumer has to become healthy before its config is rolled back")
 	fs.DurationVar(&c.period, "consumer-probe-period", 5*time.Second, "how often the consumer is probed through the soak")
 	fs.IntVar(&c.failures, "consumer-failure-threshold", 3, "failed probes in a row that make a healthy consumer unhealthy (and its config rolled back)")
+	fs.StringVar(&c.runtimeEndpoint, "consumer-runtime-endpoint", "", "the container runtime's CRI socket, as the kubelet's --container-runtime-endpoint (e.g. unix:///run/containerd/containerd.sock; mount it into the agent): before a failing consumer's config is rolled back the runtime is asked, and while it is not ready the node holds and blames nothing; empty: no check")
 }
 
 // gate builds the consumer gate the flags describe; nil for none.
@@ -46,8 +47,15 @@ func (c *consumerFlags) gate(log *slog.Logger) (*consumer.Gate, error) {
 	if c.healthTimeout <= 0 || c.period <= 0 || c.failures < 1 {
 		return nil, fmt.Errorf("--consumer-health-timeout and --consumer-probe-period must be positive and --consumer-failure-threshold at least 1")
 	}
+	var rt consumer.Runtime
+	if c.runtimeEndpoint != "" {
+		if _, err := consumer.ParseCRIEndpoint(c.runtimeEndpoint); err != nil {
+			return nil, fmt.Errorf("--consumer-runtime-endpoint: %w", err)
+		}
+		rt = consumer.CRI{Endpoint: c.runtimeEndpoint}
+	}
 	return consumer.NewGate(consumer.Gate{
-		Restarter: r, Prober: consumer.Prober{URL: c.healthURL},
+		Restarter: r, Prober: consumer.Prober{URL: c.healthURL}, Runtime: rt,
 		HealthTimeout: c.healthTimeout, Period: c.period, FailureThreshold: c.failures, LogFile: c.logFile, Log: log,
 	}), nil
 }

@@ -18,6 +18,7 @@ require (
 	google.golang.org/protobuf v1.36.12
 	k8s.io/apimachinery v0.36.3
 	k8s.io/client-go v0.36.3
+	k8s.io/cri-api v0.36.3
 	k8s.io/kubelet v0.36.3
 	nodeconfig.io/proto v0.0.0
 	nodeconfig.io/services/configcheck v0.0.0

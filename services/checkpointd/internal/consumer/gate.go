@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -25,10 +26,20 @@ type Node interface {
 // it to become healthy, and watches it through the soak: the records say
 // where it is (RESTARTING, WAITING, HEALTHY, UNHEALTHY), durably, so an
 // agent that dies mid-restart finishes the job when it starts again.
+//
+// It blames the config only for what the config did: a consumer that exits
+// again and again, never turns healthy, or whose same process fails its
+// probes. A consumer restarted or stopped by something else, or one without
+// a ready container runtime, is waited for: WAITING stops the soak, which
+// starts over once the consumer is healthy again.
 type Gate struct {
 	Node      Node
 	Restarter Restarter
 	Prober    Prober
+	// Runtime, when set, is asked before the config is blamed: while it is
+	// not ready the gate holds, and the consumer's time starts over once it
+	// is.
+	Runtime Runtime
 	// HealthTimeout is how long a restarted consumer has to become healthy.
 	HealthTimeout time.Duration
 	// Period is how often it is probed.
@@ -47,7 +58,18 @@ type Gate struct {
 	wake chan struct{}
 	// seen are the consumer's processes seen while waiting for its health.
 	seen []string
+	// healthy is the process that turned healthy (where the restarter tells
+	// it), or the first one seen failing after the agent started: only its
+	// failed probes count; another one was restarted by someone else.
+	healthy string
 }
+
+// Messages of a WAITING consumer that the gate reads back, so that an agent
+// that starts again holds as the one before it did.
+const (
+	runtimeNotReady = "the container runtime is not ready: "
+	stoppedOutside  = "the kubelet was stopped by something else"
+)
 
 // waitingPoll is how often a restarted consumer is looked at until it is
 // healthy: a kubelet that exits on its config lives for a fraction of its
@@ -58,7 +80,8 @@ const waitingPoll = 50 * time.Millisecond
 
 // Instances is a restarter that can tell which process of the consumer runs
 // ("" for none): a kubelet that exits on its config is started again and
-// again by its babysitter, each time a new process.
+// again by its babysitter, each time a new process; and a new process during
+// the soak was restarted by someone else, not failed by its config.
 type Instances interface {
 	Instance() (string, error)
 }
@@ -130,6 +153,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING:
 		*failures = 0
 		g.seen = nil
+		g.healthy = ""
 		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", active.Describe())
 		if err := g.Restarter.Restart(ctx); err != nil {
 			g.Log.Error("restart the consumer", "err", err)
@@ -140,44 +164,158 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		return g.retry(err)
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING:
 		healthy, detail := g.Prober.Probe(ctx)
-		if !healthy && g.crashLooping() {
+		if healthy {
+			g.seen = nil
+			g.healthy, _ = g.instance()
+			_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, detail)
+			return g.retry(err)
+		}
+		switch msg := c.GetMessage(); {
+		case strings.HasPrefix(msg, runtimeNotReady):
+			return g.awaitRuntime(ctx, active)
+		case strings.HasPrefix(msg, stoppedOutside):
+			// Its health timeout starts when it runs again: a package upgrade
+			// may keep it stopped for longer.
+			id, known := g.instance()
+			if known && id == "" {
+				return waitingPoll
+			}
+			if known {
+				g.seen = nil
+				_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, fmt.Sprintf("the kubelet runs again (process %s) after something else stopped it: waiting for its health", id))
+				return g.retry(err)
+			}
+		}
+		crashing := g.crashLooping()
+		timedOut := time.Since(c.GetSince().AsTime()) > g.HealthTimeout
+		if !crashing && !timedOut {
+			// Often enough to see each short-lived process of a crash loop.
+			return waitingPoll
+		}
+		if g.heldByRuntime(ctx, active) {
+			return g.Period
+		}
+		if crashing {
 			g.fail(active, fmt.Sprintf("the consumer is crash-looping on %s: %d processes since its restart, none healthy: %s", active.Describe(), len(g.seen), detail))
 			g.seen = nil
 			return 0
 		}
-		if healthy {
-			g.seen = nil
-			_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, detail)
-			return g.retry(err)
-		}
-		if since := c.GetSince().AsTime(); time.Since(since) > g.HealthTimeout {
-			g.fail(active, fmt.Sprintf("the consumer did not become healthy within %s of its restart onto %s: %s", g.HealthTimeout, active.Describe(), detail))
-			return 0
-		}
-		// Often enough to see each short-lived process of a crash loop.
-		return waitingPoll
+		g.fail(active, fmt.Sprintf("the consumer did not become healthy within %s of its restart onto %s: %s", g.HealthTimeout, active.Describe(), detail))
+		return 0
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY:
 		healthy, detail := g.Prober.Probe(ctx)
 		if healthy {
 			*failures = 0
+			if g.healthy == "" {
+				g.healthy, _ = g.instance()
+			}
 			return g.Period
+		}
+		// Only failed probes of the same process count. Where the restarter
+		// cannot tell its process, or never named one, every one does.
+		if id, known := g.instance(); known {
+			if g.healthy != "" && id != g.healthy {
+				*failures = 0
+				return g.restartedOutside(active, id)
+			}
+			if id != "" {
+				g.healthy = id
+			}
 		}
 		*failures++
 		g.Log.Warn("consumer probe failed", "failures", *failures, "detail", detail)
 		if *failures >= g.FailureThreshold {
 			*failures = 0
+			if g.heldByRuntime(ctx, active) {
+				return g.Period
+			}
 			g.fail(active, fmt.Sprintf("the consumer turned unhealthy on %s (%d failed probes in a row): %s", active.Describe(), g.FailureThreshold, detail))
 			return 0
 		}
 		return time.Second
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY:
 		if healthy, detail := g.Prober.Probe(ctx); healthy {
+			g.healthy, _ = g.instance()
 			_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, detail)
 			return g.retry(err)
 		}
 		return g.Period
 	}
 	return g.Period
+}
+
+// instance is the consumer's running process ("" for none); known is false
+// where the restarter cannot tell (systemd, none) or failed to.
+func (g *Gate) instance() (id string, known bool) {
+	in, ok := g.Restarter.(Instances)
+	if !ok {
+		return "", false
+	}
+	id, err := in.Instance()
+	if err != nil {
+		return "", false
+	}
+	return id, true
+}
+
+// restartedOutside takes a consumer whose healthy process is gone back to
+// waiting for its health, blaming nothing: something else restarted or
+// stopped it. WAITING stops the soak; it starts over once it is healthy.
+func (g *Gate) restartedOutside(active *nodeconfigv1.ConfigSource, id string) time.Duration {
+	gone := g.healthy
+	g.healthy = ""
+	g.seen = nil
+	msg := fmt.Sprintf("the kubelet was restarted by something else, not by this agent (process %s is gone, %s runs): not the config's fault; the soak waits until it is healthy again", gone, id)
+	if id == "" {
+		msg = fmt.Sprintf("%s, not by this agent (process %s is gone, none runs): not the config's fault; its health timeout starts when it runs again", stoppedOutside, gone)
+	}
+	g.Log.Warn(msg)
+	_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, msg)
+	return g.retry(err)
+}
+
+// heldByRuntime asks the container runtime before the config is blamed:
+// when it is not ready, the consumer waits for it instead (WAITING stops the
+// soak) and nothing is blamed.
+func (g *Gate) heldByRuntime(ctx context.Context, active *nodeconfigv1.ConfigSource) bool {
+	if g.Runtime == nil {
+		return false
+	}
+	ready, detail := g.Runtime.Ready(ctx)
+	if ready {
+		return false
+	}
+	if ctx.Err() != nil {
+		// The agent is stopping, not the runtime: blame and write nothing.
+		return true
+	}
+	g.seen = nil
+	g.Log.Warn("not blaming the config: the container runtime is not ready", "detail", detail)
+	if _, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, runtimeNotReady+detail); err != nil {
+		g.Log.Error("consumer gate: write records", "err", err)
+	}
+	return true
+}
+
+// awaitRuntime holds a consumer while the container runtime is not ready.
+// Once it is, a new message restarts the WAITING clock: the consumer gets
+// its full health timeout and a fresh crash-loop count.
+func (g *Gate) awaitRuntime(ctx context.Context, active *nodeconfigv1.ConfigSource) time.Duration {
+	g.seen = nil
+	if g.Runtime != nil {
+		if ready, detail := g.Runtime.Ready(ctx); !ready {
+			if ctx.Err() != nil {
+				return g.Period
+			}
+			if _, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, runtimeNotReady+detail); err != nil {
+				g.Log.Error("consumer gate: write records", "err", err)
+			}
+			return g.Period
+		}
+	}
+	g.Log.Info("the container runtime is ready again: the consumer's health timeout starts over")
+	_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, "the container runtime is ready again: waiting for the consumer's health")
+	return g.retry(err)
 }
 
 // crashLooping notes the consumer's current process and reports whether
