@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/proc"
@@ -56,7 +57,19 @@ func (e *env) nodeConfig(name string, spec map[string]any, annotations map[strin
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(func() { e.deleteNodeConfigAndWait(name) })
+	e.t.Cleanup(func() { e.resetNowAndDelete(name) })
+}
+
+// resetNowAndDelete deletes a test's NodeConfig through the emergency exit,
+// so that a paused one, or one outside its windows, lets its nodes go at
+// once: the next test starts from local defaults.
+func (e *env) resetNowAndDelete(name string) {
+	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationResetNow + `":"true"}}}`)
+	_, err := e.dyn.Resource(v1alpha1.GroupVersionResource).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		e.t.Errorf("mark NodeConfig %s %s: %v", name, v1alpha1.AnnotationResetNow, err)
+	}
+	e.deleteNodeConfigAndWait(name)
 }
 
 func (e *env) use(name, cmName string, extra map[string]any) {

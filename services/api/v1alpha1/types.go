@@ -35,6 +35,11 @@ const (
 	// NodeConfig is deleted; otherwise they are reset to local defaults.
 	AnnotationDeletionPolicy = "nodeconfig.io/deletion-policy"
 	DeletionPolicyAbandon    = "abandon"
+	// AnnotationResetNow "true" is the emergency exit: the nodes a
+	// NodeConfig lets go (deleted, or its source removed) reset at once,
+	// past maxInTrial, a pause and the windows, instead of one trial at a
+	// time.
+	AnnotationResetNow = "nodeconfig.io/reset-now"
 	// AnnotationAbandoned marks a Node whose NodeConfig was deleted with the
 	// abandon policy: it keeps its config until another NodeConfig selects it.
 	AnnotationAbandoned = "nodeconfig.io/abandoned-by"

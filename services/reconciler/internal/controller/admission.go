@@ -44,7 +44,12 @@ func (c *Controller) pace(nc *v1alpha1.NodeConfig, node string, v version) func(
 // (see depart.go), so its limit is a share of them and of the selected
 // nodes. c.mu must be held.
 func (c *Controller) freePlacesLocked(nc *v1alpha1.NodeConfig, selected int, except string) int {
-	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, selected+len(c.departing[nc.Name]))
+	total := selected + len(c.departing[nc.Name])
+	if lets(nc) {
+		// Its departing nodes are among those it selects.
+		total = selected
+	}
+	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, total)
 	return limit - c.departuresInTrialLocked(nc.Name, except) - c.onTrialLocked(nc.Name, except)
 }
 
@@ -55,7 +60,7 @@ func (c *Controller) freePlacesLocked(nc *v1alpha1.NodeConfig, selected int, exc
 // paced rollout; the nodes left waiting look again on the next freed place
 // or their own requeue.
 func (c *Controller) wakeWaiting(ncName string) {
-	nc := c.liveNodeConfig(ncName)
+	nc := c.nodeConfigNamed(ncName)
 	var selected int
 	if nc != nil {
 		selected = len(c.selectedNodes(nc))

@@ -26,6 +26,9 @@ func (c *Controller) departFor(node string) func(from *nodeconfigv1.ConfigSource
 			return policy.Admitted, 0, ""
 		}
 		soak := soakSeconds(nc)
+		if nc.Annotations[v1alpha1.AnnotationResetNow] == "true" {
+			return policy.Admitted, soak, nc.Name
+		}
 		if c.trialsHeld(nc).reason != "" {
 			c.mu.Lock()
 			c.departLocked(node, nc.Name)
@@ -96,14 +99,20 @@ func (c *Controller) departureAfterSyncLocked(info *NodeInfo, selectedBy *v1alph
 	return freed
 }
 
-// leaving is the live NodeConfig a departing node leaves: the one the node
+// lets says whether nc lets the nodes it selects go back to their local
+// default: it is being deleted, or names no source.
+func lets(nc *v1alpha1.NodeConfig) bool {
+	return nc.DeletionTimestamp != nil || nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil
+}
+
+// leaving is the NodeConfig a departing node leaves: the one the node
 // recorded (with its assignment, or its reset), else the one whose source
 // is the config the node runs, else the one it departs from or was last
 // selected by as this reconciler remembers. The node's own record is what
 // holds when one edit changed both the selector and the source and a new
 // leader never saw the node selected.
 func (c *Controller) leaving(node string, from *nodeconfigv1.ConfigSource, recorded string) *v1alpha1.NodeConfig {
-	if nc := c.liveNodeConfig(recorded); nc != nil {
+	if nc := c.nodeConfigNamed(recorded); nc != nil {
 		return nc
 	}
 	if nc := c.nodeConfigUsing(from); nc != nil {
@@ -116,7 +125,7 @@ func (c *Controller) leaving(node string, from *nodeconfigv1.ConfigSource, recor
 	}
 	c.mu.Unlock()
 	for _, name := range remembered {
-		if nc := c.liveNodeConfig(name); nc != nil {
+		if nc := c.nodeConfigNamed(name); nc != nil {
 			return nc
 		}
 	}
@@ -126,6 +135,16 @@ func (c *Controller) leaving(node string, from *nodeconfigv1.ConfigSource, recor
 // liveNodeConfig is the NodeConfig of that name from the cache, nil if
 // there is none or it is being deleted.
 func (c *Controller) liveNodeConfig(name string) *v1alpha1.NodeConfig {
+	if nc := c.nodeConfigNamed(name); nc != nil && nc.DeletionTimestamp == nil {
+		return nc
+	}
+	return nil
+}
+
+// nodeConfigNamed is the NodeConfig of that name from the cache, also one
+// being deleted (its finalizer holds it while its nodes depart); nil if
+// there is none.
+func (c *Controller) nodeConfigNamed(name string) *v1alpha1.NodeConfig {
 	if name == "" {
 		return nil
 	}
@@ -134,7 +153,7 @@ func (c *Controller) liveNodeConfig(name string) *v1alpha1.NodeConfig {
 		return nil
 	}
 	nc, err := toNodeConfig(obj)
-	if err != nil || nc.DeletionTimestamp != nil {
+	if err != nil {
 		return nil
 	}
 	return nc

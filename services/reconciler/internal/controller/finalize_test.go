@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
 
@@ -136,7 +137,9 @@ func TestCompletedRolloutReasons(t *testing.T) {
 // Deleting a NodeConfig under the default policy resets each of its nodes
 // to the local default first; only then does the finalizer go.
 func TestDeletionResetsTheNodesThenRemovesTheFinalizer(t *testing.T) {
-	nc := poolA("nc", v1alpha1.Rollout{})
+	// Every node at once: the departure's pace is leave_test.go's.
+	all := intstr.FromString("100%")
+	nc := poolA("nc", v1alpha1.Rollout{MaxInTrial: &all})
 	f, agents := rolledOut(t, nc)
 	f.syncNodeConfig("nc")
 	f.deleting(nc)

@@ -147,7 +147,8 @@ func (c *Controller) desired(ctx context.Context, node *metav1.PartialObjectMeta
 		return nil, leave, nil
 	case len(m.live) == 1:
 		nc := m.live[0]
-		if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil {
+		if lets(nc) {
+			reset.Depart = c.departFor(node.Name)
 			return nc, reset, nil
 		}
 		if err := c.clearAbandoned(ctx, node); err != nil {
@@ -157,6 +158,7 @@ func (c *Controller) desired(ctx context.Context, node *metav1.PartialObjectMeta
 		return nc, d, err
 	case len(m.deleting) > 0:
 		nc, d := m.deleting[0], reset
+		d.Depart = c.departFor(node.Name)
 		for _, deleting := range m.deleting {
 			if deleting.Annotations[v1alpha1.AnnotationDeletionPolicy] == v1alpha1.DeletionPolicyAbandon {
 				nc, d = deleting, leave
@@ -263,8 +265,14 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 // record stores the sync's outcome and returns when to look again; after
 // an early error, that is the rate limiter's next delay.
 func (c *Controller) record(node *metav1.PartialObjectMetadata, nc *v1alpha1.NodeConfig, res policy.Result, selectedBy []*v1alpha1.NodeConfig) time.Duration {
+	// A NodeConfig that lets its nodes go still selects them, but they
+	// depart from it as from one that no longer selects them.
+	following := nc
+	if nc != nil && lets(nc) {
+		following = nil
+	}
 	var leaving *v1alpha1.NodeConfig
-	if nc == nil && res.Records.ResetSoaking(c.o.Now()) {
+	if following == nil && res.Records.ResetSoaking(c.o.Now()) {
 		leaving = c.leaving(node.Name, res.Records.GetLastReset().GetFrom(), res.Records.GetLastReset().GetNodeConfig())
 	}
 	c.mu.Lock()
@@ -275,7 +283,7 @@ func (c *Controller) record(node *metav1.PartialObjectMetadata, nc *v1alpha1.Nod
 	next := c.scheduleLocked(info, nc, res)
 	curNC := info.NodeConfig
 	changed := prevState != info.State || prevNC != curNC
-	freed := c.departureAfterSyncLocked(info, nc, leaving)
+	freed := c.departureAfterSyncLocked(info, following, leaving)
 	c.mu.Unlock()
 
 	if freed != "" {

@@ -48,7 +48,7 @@ func TestMissingConfigMapWarnsOnceAndRetriesFromTheCache(t *testing.T) {
 }
 
 // Which NodeConfig a node follows, and what is done with it, from the
-// NodeConfigs that select it.
+// NodeConfigs that select it. Every reset is a paced departure.
 func TestDesiredPicksTheNodeConfigTheNodeFollows(t *testing.T) {
 	deleting := func(name string, abandon bool) *v1alpha1.NodeConfig {
 		nc := &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: name, DeletionTimestamp: &metav1.Time{}}}
@@ -67,10 +67,10 @@ func TestDesiredPicksTheNodeConfigTheNodeFollows(t *testing.T) {
 		departs   bool
 	}{
 		{"conflict", matches{live: []*v1alpha1.NodeConfig{noSource, poolA("other", v1alpha1.Rollout{})}}, false, "", policy.ModeLeave, false},
-		{"live without a source", matches{live: []*v1alpha1.NodeConfig{noSource}}, false, "no-source", policy.ModeReset, false},
-		{"deleting", matches{deleting: []*v1alpha1.NodeConfig{deleting("a", false)}}, false, "a", policy.ModeReset, false},
+		{"live without a source", matches{live: []*v1alpha1.NodeConfig{noSource}}, false, "no-source", policy.ModeReset, true},
+		{"deleting", matches{deleting: []*v1alpha1.NodeConfig{deleting("a", false)}}, false, "a", policy.ModeReset, true},
 		{"deleting, one abandons", matches{deleting: []*v1alpha1.NodeConfig{deleting("a", false), deleting("b", true)}}, false, "b", policy.ModeLeave, false},
-		{"live wins over deleting", matches{live: []*v1alpha1.NodeConfig{noSource}, deleting: []*v1alpha1.NodeConfig{deleting("b", true)}}, false, "no-source", policy.ModeReset, false},
+		{"live wins over deleting", matches{live: []*v1alpha1.NodeConfig{noSource}, deleting: []*v1alpha1.NodeConfig{deleting("b", true)}}, false, "no-source", policy.ModeReset, true},
 		{"invalid selector", matches{invalidSelector: true}, false, "", policy.ModeLeave, false},
 		{"none, abandoned", matches{}, true, "", policy.ModeLeave, true},
 		{"none", matches{}, false, "", policy.ModeReset, true},
