@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"maps"
 	"slices"
 
@@ -21,9 +22,11 @@ func (c *Controller) Handlers() (nodes, configMaps, nodeConfigs, pods cache.Reso
 			if !labels.Equals(o.Labels, n.Labels) {
 				c.nodesChanged()
 			}
-			// statusd's own patches do not concern the policy; labels and
-			// the abandon mark do.
-			if !labels.Equals(o.Labels, n.Labels) || o.Annotations[v1alpha1.AnnotationAbandoned] != n.Annotations[v1alpha1.AnnotationAbandoned] {
+			// statusd's own patches concern the policy only when the node's
+			// error changes (a rollback the node did by itself mid-soak);
+			// labels and the abandon mark always do.
+			if !labels.Equals(o.Labels, n.Labels) || o.Annotations[v1alpha1.AnnotationAbandoned] != n.Annotations[v1alpha1.AnnotationAbandoned] ||
+				reportedErrorChanged(o, n) {
 				c.enqueueNode(cur)
 			}
 		},
@@ -129,4 +132,25 @@ func (c *Controller) enqueueSelected(nc *v1alpha1.NodeConfig) {
 	for _, name := range c.selectedNodes(nc) {
 		c.nodeQ.Add(name)
 	}
+}
+
+// reportedErrorChanged says whether the error a node reports in its
+// config-status annotation changed: the cheap string comparison first, as
+// most Node updates leave the annotation alone.
+func reportedErrorChanged(o, n *metav1.PartialObjectMetadata) bool {
+	before, after := o.Annotations[v1alpha1.NodeAnnotationConfigStatus], n.Annotations[v1alpha1.NodeAnnotationConfigStatus]
+	if before == after {
+		return false
+	}
+	return reportedError(before) != reportedError(after)
+}
+
+// reportedError is the error of a config-status annotation ("" when none or
+// it does not decode).
+func reportedError(annotation string) string {
+	var st struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal([]byte(annotation), &st)
+	return st.Error
 }

@@ -67,6 +67,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (next time.Durat
 	if m.conflict() {
 		res.State = nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT
 	}
+	c.noteRollbackSeen(name, &res)
 	if d.Held == nil || !errors.Is(res.Err, d.Held) {
 		// A held version is the NodeConfig's problem, not the node's: its
 		// Degraded condition and one Warning on it say so, where one per
@@ -80,6 +81,22 @@ func (c *Controller) syncNode(ctx context.Context, name string) (next time.Durat
 		return next, res.Err
 	}
 	return next, nil
+}
+
+// noteRollbackSeen adds the Warning (and so the count) of a rollback the
+// node did by itself, its gate mid-soak or its agent at start, which this
+// sync only found: a node this reconciler knew in another state.
+func (c *Controller) noteRollbackSeen(name string, res *policy.Result) {
+	if res.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || slices.ContainsFunc(res.Events, func(e policy.Event) bool { return e.Reason == policy.EventRolledBack }) {
+		return
+	}
+	prev, ok := c.NodeInfo(name)
+	if !ok || prev.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || prev.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED {
+		return
+	}
+	recs := res.Records
+	res.Events = append(res.Events, policy.Event{Warning: true, Reason: policy.EventRolledBack,
+		Message: fmt.Sprintf("the node rolled %s back by itself: %s; it runs %s", recs.GetAssigned().GetSource().Describe(), recs.GetError().GetError().GetMessage(), recs.GetActive().GetSource().Describe())})
 }
 
 // errConfigMapNotListed: the node's ConfigMap is not listed yet, so the
