@@ -8,6 +8,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -109,6 +110,31 @@ type Result struct {
 	Err error
 }
 
+// soakEndSlack is how long after a soak's end the reconciler looks again,
+// and how soon it retries a promote the node refused as still soaking: the
+// end comes from the node's records but is read by the reconciler's clock,
+// which may run a little ahead of the node's, and the node refuses to
+// promote before the end by its own.
+const soakEndSlack = 250 * time.Millisecond
+
+// maxClockSkew bounds the skew a promote tolerates: a node that still says
+// it is soaking this long after the end by the reconciler's clock has a
+// clock gone wrong, which is reported as an error and retried with backoff.
+const maxClockSkew = 30 * time.Second
+
+// soakingRefusal is how checkpointd (lifecycle.Promote) words a refusal to
+// promote before the soak's end by its clock.
+const soakingRefusal = " is soaking until "
+
+// nodeStillSoaking says whether a promote was refused only because the
+// node's clock has not reached the soak end that the reconciler's clock
+// passed less than maxClockSkew ago.
+func nodeStillSoaking(err error, recs *nodeconfigv1.Records, now time.Time) bool {
+	st := status.Convert(err)
+	return st.Code() == codes.FailedPrecondition && strings.Contains(st.Message(), soakingRefusal) &&
+		recs.Soaking() && now.Sub(recs.SoakEnd()) < maxClockSkew
+}
+
 // Sync runs one step of the lifecycle for one node.
 func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Desired, now time.Time) Result {
 	recsResp, err := agent.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{})
@@ -128,6 +154,10 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 		src := recs.GetAssigned().GetSource()
 		resp, err := agent.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src})
 		if err != nil {
+			if nodeStillSoaking(err, recs, now) {
+				// The node's clock trails ours: no failure, ask again shortly.
+				return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING, Records: recs, RequeueAfter: soakEndSlack}
+			}
 			return failing(recs, fmt.Errorf("promote: %w", err))
 		}
 		recs = resp.GetRecords()
@@ -137,7 +167,7 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 	res.Events = append(promoted, res.Events...)
 	if res.RequeueAfter == 0 && res.Err == nil && res.Records.Soaking() && !res.Records.SoakEnd().IsZero() {
 		// Whatever holds the node, look again when its soak ends.
-		res.RequeueAfter = max(res.Records.SoakEnd().Sub(now), time.Millisecond)
+		res.RequeueAfter = max(res.Records.SoakEnd().Add(soakEndSlack).Sub(now), time.Millisecond)
 	}
 	return res
 }
@@ -218,6 +248,8 @@ func resetSoak(res Result, now time.Time) Result {
 		// The consumer is not healthy on the local default yet.
 		res.RequeueAfter = ConsumerPoll
 	} else {
+		// No soakEndSlack: the reconciler alone judges this end, by its
+		// own clock; the node refuses nothing by it.
 		res.RequeueAfter = max(end.Sub(now), time.Millisecond)
 	}
 	return res
@@ -331,7 +363,7 @@ const ConsumerPoll = 2 * time.Second
 // afterActive says when to look again at a node whose assigned config is active.
 func afterActive(recs *nodeconfigv1.Records, now time.Time) Result {
 	if recs.Soaking() {
-		wait := recs.SoakEnd().Sub(now)
+		wait := recs.SoakEnd().Add(soakEndSlack).Sub(now)
 		if recs.SoakEnd().IsZero() {
 			// The node is still restarting its consumer onto the config or
 			// waiting for it to be healthy: the soak has not begun.

@@ -26,6 +26,10 @@ type fakeAgent struct {
 
 	down, lateError, drift bool
 	putErr                 error // what PutCheckpoint answers, when set
+	promoteErr             error // what PromoteLastKnownGood answers, when set
+	// clock, when set, is the node's own clock: Promote refuses before the
+	// records' soak end by it, as checkpointd does.
+	clock time.Time
 }
 
 func newFake(now time.Time) *fakeAgent {
@@ -102,6 +106,15 @@ func (f *fakeAgent) PromoteLastKnownGood(_ context.Context, r *nodeconfigv1.Prom
 	if err := f.call("Promote"); err != nil {
 		return nil, err
 	}
+	if f.promoteErr != nil {
+		return nil, f.promoteErr
+	}
+	if end := f.recs.SoakEnd(); !f.clock.IsZero() && f.clock.Before(end) {
+		// checkpointd's words (lifecycle.Promote) and code (grpcapi).
+		s := r.GetSource()
+		return nil, status.Errorf(codes.FailedPrecondition, "cannot promote: %s/%s key %s (uid %s, resourceVersion %s) is soaking until %s",
+			s.GetNamespace(), s.GetName(), s.GetKey(), s.GetUid(), s.GetResourceVersion(), end.UTC().Format(time.RFC3339))
+	}
 	f.recs.LastKnownGood = &nodeconfigv1.SourceRecord{Source: r.GetSource()}
 	return &nodeconfigv1.PromoteLastKnownGoodResponse{Records: f.out()}, nil
 }
@@ -157,7 +170,7 @@ func hasEvent(r Result, reason string) bool {
 func TestNewAssignmentCheckpointsAssignsActivatesAndWaitsForSoak(t *testing.T) {
 	f := newFake(t0)
 	r := Sync(context.Background(), f, use("1"), t0)
-	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != 600*time.Second {
+	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != 600*time.Second+soakEndSlack {
 		t.Fatalf("result %+v", r)
 	}
 	want := []string{"GetRecords", "PutCheckpoint", "SetAssigned", "Activate"}
@@ -178,7 +191,7 @@ func TestSoakEndPromotesOnlyAtTheDurableEnd(t *testing.T) {
 	f := newFake(t0)
 	Sync(context.Background(), f, use("1"), t0)
 	r := Sync(context.Background(), f, use("1"), t0.Add(599*time.Second))
-	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != time.Second || f.recs.LastKnownGood != nil {
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != time.Second+soakEndSlack || f.recs.LastKnownGood != nil {
 		t.Fatalf("before the end: %+v", r)
 	}
 	r = Sync(context.Background(), f, use("1"), t0.Add(600*time.Second))
@@ -315,7 +328,7 @@ func TestCrashBetweenAssignAndActivateIsFinished(t *testing.T) {
 	f.checkpoints["u/1"] = true
 	f.recs.Assigned = &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, Validator: nodeconfigv1.Validator_VALIDATOR_YAML, WrittenAt: timestamppb.New(t0)}
 	r := Sync(context.Background(), f, use("1"), t0.Add(time.Second))
-	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != 599*time.Second {
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != 599*time.Second+soakEndSlack {
 		t.Fatalf("result %+v (the soak clock must run from the durable activation)", r)
 	}
 }
@@ -336,8 +349,8 @@ func TestSoakedConfigIsPromotedWhateverHoldsTheNode(t *testing.T) {
 			f := newFake(t0)
 			Sync(context.Background(), f, use("1"), t0)
 			r := Sync(context.Background(), f, d, t0.Add(time.Second))
-			if r.RequeueAfter != 599*time.Second && r.Err == nil {
-				t.Fatalf("mid-soak: look again in %v, want at the soak's end", r.RequeueAfter)
+			if r.RequeueAfter != 599*time.Second+soakEndSlack && r.Err == nil {
+				t.Fatalf("mid-soak: look again in %v, want just after the soak's end", r.RequeueAfter)
 			}
 			r = Sync(context.Background(), f, d, t0.Add(600*time.Second))
 			if !nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) || !hasEvent(r, EventPromoted) {
