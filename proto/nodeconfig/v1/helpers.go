@@ -45,7 +45,8 @@ func SameSource(a, b *ConfigSource) bool { return proto.Equal(a, b) }
 
 // SoakStart is when the active config's trial began, from durable records
 // so that no restart resets it: where the node gates on its consumer, when
-// the consumer became healthy on it; otherwise when it became active. Zero
+// the consumer became healthy on it, less the time it was seen healthy on
+// it before (so only healthy time counts); otherwise when it became active. Zero
 // while the trial has not begun (nothing active, or the consumer is still
 // restarting or not yet healthy).
 func (r *Records) SoakStart() time.Time {
@@ -57,7 +58,7 @@ func (r *Records) SoakStart() time.Time {
 		if !SameSource(c.GetSource(), active.GetSource()) || c.GetPhase() != ConsumerPhase_CONSUMER_PHASE_HEALTHY || c.GetSince() == nil {
 			return time.Time{}
 		}
-		return c.GetSince().AsTime()
+		return c.GetSince().AsTime().Add(-c.GetHealthyBefore().AsDuration())
 	}
 	return active.GetWrittenAt().AsTime()
 }

@@ -9,6 +9,7 @@ package nodeconfigv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -818,7 +819,15 @@ type ConsumerRecord struct {
 	Since *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
 	// message is the consumer's own words where it has any (a probe's answer,
 	// a failed restart).
-	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// healthy_before is the time the consumer was seen healthy on this config
+	// before since: the soak counts it, and not the time between (a reboot,
+	// an outage, a restart by something else).
+	HealthyBefore *durationpb.Duration `protobuf:"bytes,5,opt,name=healthy_before,json=healthyBefore,proto3" json:"healthy_before,omitempty"`
+	// seen_healthy is the last time a probe found the consumer healthy in this
+	// HEALTHY phase, written every few probes: what a crash or a reboot keeps
+	// of the phase.
+	SeenHealthy   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=seen_healthy,json=seenHealthy,proto3" json:"seen_healthy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -879,6 +888,20 @@ func (x *ConsumerRecord) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *ConsumerRecord) GetHealthyBefore() *durationpb.Duration {
+	if x != nil {
+		return x.HealthyBefore
+	}
+	return nil
+}
+
+func (x *ConsumerRecord) GetSeenHealthy() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SeenHealthy
+	}
+	return nil
 }
 
 // NodeConfigStatus is the NodeConfigStatus of the Kubernetes core API, as the
@@ -960,7 +983,7 @@ var File_nodeconfig_v1_types_proto protoreflect.FileDescriptor
 
 const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x19nodeconfig/v1/types.proto\x12\rnodeconfig.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x01\n" +
+	"\x19nodeconfig/v1/types.proto\x12\rnodeconfig.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x01\n" +
 	"\fConfigSource\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
@@ -1007,12 +1030,14 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12!\n" +
 	"\fsoak_seconds\x18\x03 \x01(\x03R\vsoakSeconds\x12\x1f\n" +
 	"\vnode_config\x18\x04 \x01(\tR\n" +
-	"nodeConfig\"\xc5\x01\n" +
+	"nodeConfig\"\xc6\x02\n" +
 	"\x0eConsumerRecord\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x122\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x1c.nodeconfig.v1.ConsumerPhaseR\x05phase\x120\n" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xdb\x01\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12@\n" +
+	"\x0ehealthy_before\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rhealthyBefore\x12=\n" +
+	"\fseen_healthy\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vseenHealthy\"\xdb\x01\n" +
 	"\x10NodeConfigStatus\x127\n" +
 	"\bassigned\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\bassigned\x123\n" +
 	"\x06active\x18\x02 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06active\x12C\n" +
@@ -1065,6 +1090,7 @@ var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(*ConsumerRecord)(nil),        // 11: nodeconfig.v1.ConsumerRecord
 	(*NodeConfigStatus)(nil),      // 12: nodeconfig.v1.NodeConfigStatus
 	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
 }
 var file_nodeconfig_v1_types_proto_depIdxs = []int32{
 	1,  // 0: nodeconfig.v1.ConfigError.phase:type_name -> nodeconfig.v1.ErrorPhase
@@ -1091,14 +1117,16 @@ var file_nodeconfig_v1_types_proto_depIdxs = []int32{
 	3,  // 21: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
 	2,  // 22: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
 	13, // 23: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
-	3,  // 24: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 25: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 26: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	14, // 24: nodeconfig.v1.ConsumerRecord.healthy_before:type_name -> google.protobuf.Duration
+	13, // 25: nodeconfig.v1.ConsumerRecord.seen_healthy:type_name -> google.protobuf.Timestamp
+	3,  // 26: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 27: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 28: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_types_proto_init() }

@@ -20,6 +20,9 @@ type Node interface {
 	// src, a late error; false when src is no longer active or is itself
 	// last-known-good (there is nothing better to go back to).
 	RollBack(src *nodeconfigv1.ConfigSource, message string) (bool, error)
+	// SeenHealthy records that the consumer was seen healthy on src, the
+	// active config, in its HEALTHY phase.
+	SeenHealthy(src *nodeconfigv1.ConfigSource) error
 }
 
 // Gate restarts the consumer whenever the active config changes, waits for
@@ -62,6 +65,11 @@ type Gate struct {
 	// it), or the first one seen failing after the agent started: only its
 	// failed probes count; another one was restarted by someone else.
 	healthy string
+	// started is set by the first step: the records it reads were written
+	// before this agent ran.
+	started bool
+	// seenWritten is when the consumer was last written down as seen healthy.
+	seenWritten time.Time
 }
 
 // Messages of a WAITING consumer that the gate reads back, so that an agent
@@ -123,6 +131,9 @@ func NewGate(g Gate) *Gate {
 	if g.Log == nil {
 		g.Log = slog.Default()
 	}
+	if g.HealthTimeout <= 0 {
+		g.HealthTimeout = 2 * time.Minute
+	}
 	return &g
 }
 
@@ -149,13 +160,22 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		}
 		return 0
 	}
+	if !g.started {
+		g.started = true
+		if c.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY && recs.Soaking() {
+			// The node or the agent was down for a while nobody watched: the
+			// soak keeps what was seen healthy and goes on once it is again.
+			_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, "the agent started: the soak goes on once the consumer is seen healthy again")
+			return g.retry(err)
+		}
+	}
 	switch c.GetPhase() {
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING:
 		*failures = 0
 		g.seen = nil
 		g.healthy = ""
 		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", active.Describe())
-		if err := g.Restarter.Restart(ctx); err != nil {
+		if err := g.restart(ctx); err != nil {
 			g.Log.Error("restart the consumer", "err", err)
 			_, _ = g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, "restart failed, retrying: "+err.Error())
 			return g.Period
@@ -209,6 +229,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			if g.healthy == "" {
 				g.healthy, _ = g.instance()
 			}
+			g.noteSeenHealthy(active, recs)
 			return g.Period
 		}
 		// Only failed probes of the same process count. Where the restarter
@@ -242,6 +263,51 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		return g.Period
 	}
 	return g.Period
+}
+
+// seenHealthyEvery is how often a soaking consumer's health is written down:
+// what a crash or a reboot loses of the soak at most.
+const seenHealthyEvery = 15 * time.Second
+
+// noteSeenHealthy writes down, every seenHealthyEvery while the config
+// soaks, that the consumer was seen healthy on it.
+func (g *Gate) noteSeenHealthy(active *nodeconfigv1.ConfigSource, recs *nodeconfigv1.Records) {
+	if !recs.Soaking() || (!g.seenWritten.IsZero() && time.Since(g.seenWritten) < seenHealthyEvery) {
+		return
+	}
+	if err := g.Node.SeenHealthy(active); err != nil {
+		g.Log.Error("consumer gate: write records", "err", err)
+		return
+	}
+	g.seenWritten = time.Now()
+}
+
+// restart restarts the consumer within HealthTimeout (a hung systemd job or
+// a process that ignores SIGTERM is retried, not waited on), and checks that
+// the process it restarts is the one that answers the health check.
+func (g *Gate) restart(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, g.HealthTimeout)
+	defer cancel()
+	if err := g.Restarter.Restart(rctx); err != nil {
+		return err
+	}
+	named, ok := g.Restarter.(NamedProcess)
+	if !ok || named.ExeName() == "" {
+		return nil
+	}
+	if id, known := g.instance(); known && id == "" {
+		if healthy, _ := g.Prober.Probe(ctx); healthy {
+			return fmt.Errorf("no process named %s runs, yet %s answers healthy: the consumer is not what the agent restarts (a kubelet inside another binary, as in k3s or RKE2), so it cannot have read the file; set --consumer-exe or --consumer-pid-file to the process that reads it", named.ExeName(), g.Prober.URL)
+		}
+	}
+	return nil
+}
+
+// NamedProcess is a restarter that finds the consumer by its executable's
+// name: one that finds none while the health check answers restarted
+// nothing.
+type NamedProcess interface {
+	ExeName() string
 }
 
 // instance is the consumer's running process ("" for none); known is false

@@ -39,6 +39,8 @@ func (f *fakeNode) SetConsumer(s *nodeconfigv1.ConfigSource, phase nodeconfigv1.
 	return true, nil
 }
 
+func (f *fakeNode) SeenHealthy(*nodeconfigv1.ConfigSource) error { return nil }
+
 func (f *fakeNode) RollBack(s *nodeconfigv1.ConfigSource, message string) (bool, error) {
 	lkg := f.recs.GetLastKnownGood()
 	if !nodeconfigv1.SameSource(s, f.recs.GetActive().GetSource()) || nodeconfigv1.SameSource(s, lkg.GetSource()) {

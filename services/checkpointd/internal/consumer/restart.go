@@ -51,6 +51,15 @@ func (s Signal) String() string {
 	return "signal (executable " + s.Exe + ")"
 }
 
+// ExeName is the executable the consumer is found by, "" where a pid file
+// names it.
+func (s Signal) ExeName() string {
+	if s.PidFile != "" {
+		return ""
+	}
+	return s.Exe
+}
+
 // Restart signals the running consumer. A consumer that is not running (it
 // crashed, or its babysitter is between two starts) needs no signal: it
 // reads the file when it starts.

@@ -2,8 +2,10 @@ package lifecycle
 
 import (
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -30,10 +32,45 @@ func (c ConsumerNode) SetConsumer(src *nodeconfigv1.ConfigSource, phase nodeconf
 		if proto.Equal(prev.GetSource(), src) && prev.GetPhase() == phase && prev.GetMessage() == message {
 			return false, nil
 		}
-		r.Consumer = &nodeconfigv1.ConsumerRecord{Source: src, Phase: phase, Since: now, Message: message}
+		next := &nodeconfigv1.ConsumerRecord{Source: src, Phase: phase, Since: now, Message: message}
+		if proto.Equal(prev.GetSource(), src) {
+			next.HealthyBefore = durationpb.New(healthyBefore(prev))
+		}
+		if phase == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY {
+			next.SeenHealthy = now
+		}
+		r.Consumer = next
 		return true, nil
 	})
 	return ok, err
+}
+
+// healthyBefore is the healthy time on its config a consumer record carries
+// into the next one: what it carried in, and, if it was HEALTHY, its phase
+// up to the last probe that found it so (the time after that is unknown and
+// does not count).
+func healthyBefore(c *nodeconfigv1.ConsumerRecord) time.Duration {
+	d := c.GetHealthyBefore().AsDuration()
+	if c.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY && c.GetSeenHealthy() != nil {
+		d += max(0, c.GetSeenHealthy().AsTime().Sub(c.GetSince().AsTime()))
+	}
+	return d
+}
+
+// SeenHealthy records that a probe found the consumer healthy on src, which
+// the soak keeps should the node go down before the next.
+func (c ConsumerNode) SeenHealthy(src *nodeconfigv1.ConfigSource) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		cur := r.GetConsumer()
+		if !proto.Equal(r.GetActive().GetSource(), src) || !proto.Equal(cur.GetSource(), src) || cur.GetPhase() != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY {
+			return false, nil
+		}
+		cur.SeenHealthy = now
+		return true, nil
+	})
+	return err
 }
 
 // RollBack makes last-known-good active because the consumer does not run
