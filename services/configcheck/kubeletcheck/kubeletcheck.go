@@ -33,6 +33,13 @@ import (
 	netutils "k8s.io/utils/net"
 )
 
+// NodeFilesError is a file of the node's own (its --config file, another
+// drop-in) that cannot be read: a fault of the node, not of the candidate.
+type NodeFilesError struct{ Err error }
+
+func (e *NodeFilesError) Error() string { return e.Err.Error() }
+func (e *NodeFilesError) Unwrap() error { return e.Err }
+
 // dropInExtension is the only ending the kubelet reads in --config-dir.
 const dropInExtension = ".conf"
 
@@ -96,13 +103,17 @@ func (n Node) Effective(ctx context.Context, candidate []byte) (eff *Effective, 
 	}
 	files, err := n.dropIns(candidate != nil)
 	if err != nil {
-		return nil, err
+		return nil, &NodeFilesError{Err: err}
 	}
 	merged, err := merge(base, files, func(path string) ([]byte, error) {
 		if path == n.Own {
 			return candidate, nil
 		}
-		return os.ReadFile(path)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, &NodeFilesError{Err: err}
+		}
+		return b, nil
 	}, codecs)
 	if err != nil {
 		return nil, err
@@ -132,7 +143,7 @@ func (n Node) base(ctx context.Context, k *scheme) (*kubeletconfig.KubeletConfig
 	}
 	data, err := os.ReadFile(n.BaseConfig)
 	if err != nil {
-		return nil, fmt.Errorf("read the kubelet's config file: %w", err)
+		return nil, &NodeFilesError{Err: fmt.Errorf("read the kubelet's config file: %w", err)}
 	}
 	if len(data) == 0 {
 		return nil, fmt.Errorf("kubelet config file %q was empty", n.BaseConfig)

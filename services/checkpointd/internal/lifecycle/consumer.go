@@ -74,7 +74,8 @@ func (c ConsumerNode) SeenHealthy(src *nodeconfigv1.ConfigSource) error {
 }
 
 // RollBack makes last-known-good active because the consumer does not run
-// src healthy: a late error, as a config that fails to load.
+// src healthy: a late error, as a config that fails to load. When src is
+// last-known-good, the node falls back to its local default.
 func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, message string) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -82,7 +83,8 @@ func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, message string) (
 	if err != nil {
 		return false, err
 	}
-	if src == nil || !proto.Equal(recs.GetActive().GetSource(), src) || proto.Equal(recs.GetLastKnownGood().GetSource(), src) {
+	// Last-known-good too: the local default is under it.
+	if src == nil || !proto.Equal(recs.GetActive().GetSource(), src) {
 		return false, nil
 	}
 	if _, err := c.rollBackLocked(ReasonConsumerUnhealthy, message, src); err != nil {

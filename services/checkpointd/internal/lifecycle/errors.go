@@ -38,6 +38,9 @@ const ReasonWriteFailed = nodeconfigv1.ReasonWriteFailed
 // The node has recorded it as the early error ReasonWriteFailed, so that
 // its status says why its config is not in place.
 type WriteFailedError struct {
+	// Reason is the early error recorded: ReasonWriteFailed, or
+	// ReasonNodeFilesUnreadable for the node's own files it cannot read.
+	Reason string
 	// Message says what could not be written where, and why.
 	Message string
 	// Err is the file system's error.
@@ -45,7 +48,11 @@ type WriteFailedError struct {
 }
 
 func (e *WriteFailedError) Error() string {
-	return fmt.Sprintf("%s (recorded as an early error %s; retry)", e.Message, ReasonWriteFailed)
+	reason := e.Reason
+	if reason == "" {
+		reason = ReasonWriteFailed
+	}
+	return fmt.Sprintf("%s (recorded as an early error %s; retry)", e.Message, reason)
 }
 
 func (e *WriteFailedError) Unwrap() error { return e.Err }
@@ -63,3 +70,8 @@ func (e *WriteFailedError) NoSpace() bool {
 type TargetError struct{ Err error }
 
 func (e *TargetError) Error() string { return e.Err.Error() }
+
+// ReasonNodeFilesUnreadable is the early error of a node whose own kubelet
+// files (its --config file, its other drop-ins) cannot be read: it says
+// nothing of the config, so nothing rolls back and the caller retries.
+const ReasonNodeFilesUnreadable = "NodeFilesUnreadable"

@@ -170,6 +170,9 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, recs, nil
 	}
 	content, reason, loadErr := n.load(assigned.GetSource(), assigned.GetValidator())
+	if nodeFiles := (*kubeletcheck.NodeFilesError)(nil); errors.As(loadErr, &nodeFiles) {
+		return 0, nil, n.earlyErrorLocked(ReasonNodeFilesUnreadable, fmt.Sprintf("cannot judge %s: the node's own kubelet files: %v", describeExactly(assigned.GetSource()), nodeFiles), nodeFiles)
+	}
 	if loadErr != nil {
 		recs, err := n.rollBackLocked(reason, fmt.Sprintf("%s %s: %v", describeExactly(assigned.GetSource()), reasonVerb(reason), loadErr), assigned.GetSource())
 		if err != nil {
@@ -205,30 +208,44 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 // error, so that the node's status says why its config is not in place,
 // and returns it as a *WriteFailedError.
 func (n *Node) writeFailedLocked(message string, cause error) error {
-	e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonWriteFailed, Message: message}
+	return n.earlyErrorLocked(ReasonWriteFailed, message, cause)
+}
+
+// earlyErrorLocked records a fault of the node (a file it cannot write or
+// read) as an early error with reason and returns it as a
+// *WriteFailedError: nothing rolls back, the caller retries. A late error
+// stays: it is the verdict on the assigned version.
+func (n *Node) earlyErrorLocked(reason, message string, cause error) error {
+	e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: reason, Message: message}
 	if _, err := n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
-		if proto.Equal(r.GetError().GetError(), e) {
+		if proto.Equal(r.GetError().GetError(), e) || r.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
 			return false, nil
 		}
 		r.Error = &nodeconfigv1.ErrorRecord{Error: e, WrittenAt: now}
 		return true, nil
 	}); err != nil {
-		n.log.Error("cannot record the write failure", "err", err, "write_error", message)
+		n.log.Error("cannot record the early error", "err", err, "reason", reason, "early_error", message)
 	}
-	n.log.Warn("target write failed; nothing rolled back, the caller retries", "err", message)
-	return &WriteFailedError{Message: message, Err: cause}
+	n.log.Warn("a fault of the node; nothing rolled back, the caller retries", "reason", reason, "err", message)
+	return &WriteFailedError{Reason: reason, Message: message, Err: cause}
 }
 
 // rollBackLocked makes last-known-good active (nil: the local default, so
 // the target file goes) and records a late error; when failed is the
 // assigned config, its version is marked so that it is never activated
-// again.
+// again. When failed is last-known-good itself, the node falls back to its
+// local default, and last-known-good is forgotten.
 func (n *Node) rollBackLocked(reason, message string, failed *nodeconfigv1.ConfigSource) (*nodeconfigv1.Records, error) {
 	recs, err := n.store.Records()
 	if err != nil {
 		return nil, err
 	}
 	fallback := recs.GetLastKnownGood()
+	lkgFailed := failed != nil && proto.Equal(failed, fallback.GetSource())
+	if lkgFailed {
+		fallback = nil
+		message += "; it was last-known-good, so the node fell back to its local default"
+	}
 	content, err := n.content(fallback.GetSource())
 	if err != nil {
 		// Even last-known-good does not load: the local default is always good.
@@ -248,6 +265,9 @@ func (n *Node) rollBackLocked(reason, message string, failed *nodeconfigv1.Confi
 		}
 		if switched {
 			n.consumerStale(r, now)
+		}
+		if lkgFailed {
+			r.LastKnownGood = nil
 		}
 		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: reason, Message: message}
 		r.Error = &nodeconfigv1.ErrorRecord{Error: e, WrittenAt: now}
