@@ -51,6 +51,9 @@ type Node struct {
 	// testHookBeforeAssign runs in Assign before the records change (tests:
 	// a concurrent delete there).
 	testHookBeforeAssign func()
+	// testHookInRollBack runs in a rollback once the file holds
+	// last-known-good, before active says so (tests: a kill there).
+	testHookInRollBack func()
 }
 
 // Options configure a Node.
@@ -246,6 +249,19 @@ func (n *Node) rollBackLocked(reason, message string, failed *nodeconfigv1.Confi
 		fallback = nil
 		message += "; it was last-known-good, so the node fell back to its local default"
 	}
+	if a := recs.GetAssigned(); failed != nil && proto.Equal(a.GetSource(), failed) {
+		// The verdict first: an agent killed before active says so
+		// finishes the rollback at its start (Recover), instead of
+		// restoring the failed version's file.
+		verdict := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: reason, Message: message}
+		if _, err := n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+			r.Error = &nodeconfigv1.ErrorRecord{Error: verdict, WrittenAt: now}
+			markFailed(r, &nodeconfigv1.FailedVersion{Source: failed, Validator: a.GetValidator(), Error: verdict, At: now})
+			return true, nil
+		}); err != nil {
+			return nil, err
+		}
+	}
 	content, err := n.content(fallback.GetSource())
 	if err != nil {
 		// Even last-known-good does not load: the local default is always good.
@@ -255,6 +271,9 @@ func (n *Node) rollBackLocked(reason, message string, failed *nodeconfigv1.Confi
 	if _, err := n.target.Ensure(content); err != nil {
 		// Nothing is recorded as rolled back until the file says so.
 		return nil, n.writeFailedLocked(fmt.Sprintf("cannot roll back to %s at %s: %v", describeExactly(fallback.GetSource()), n.target.Path(), err), err)
+	}
+	if n.testHookInRollBack != nil {
+		n.testHookInRollBack()
 	}
 	recs, err = n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		switched := !proto.Equal(r.GetActive().GetSource(), fallback.GetSource())
@@ -398,11 +417,18 @@ func (n *Node) Recover() error {
 		return err
 	}
 	assigned := recs.GetAssigned()
-	if assigned != nil && !proto.Equal(assigned.GetSource(), recs.GetActive().GetSource()) &&
-		recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
+	active := recs.GetActive().GetSource()
+	switch {
+	case assigned != nil && proto.Equal(assigned.GetSource(), active) && recs.FailedLate(active, assigned.GetValidator()) != nil:
+		// A rollback a kill interrupted: its verdict is recorded, its
+		// switch to last-known-good is not.
+		f := recs.FailedLate(active, assigned.GetValidator())
+		_, err = n.rollBackLocked(f.GetError().GetReason(), f.GetError().GetMessage(), active)
+	case assigned != nil && !proto.Equal(assigned.GetSource(), active) &&
+		recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
 		// Like the kubelet after a restart: try to make assigned active.
 		_, _, err = n.activateLocked()
-	} else {
+	default:
 		_, err = n.repairLocked()
 	}
 	var writeFailed *WriteFailedError
