@@ -4,6 +4,7 @@ package main
 
 import (
 	"flag"
+	"os"
 	"time"
 
 	"nodeconfig.io/services/servekit"
@@ -11,6 +12,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "guard" {
+		guardMain(os.Args[2:])
+	}
 	servekit.Command{
 		Name: "checkpointd", Listen: "127.0.0.1:7601", MetricsAddr: "127.0.0.1:9601",
 		Usage: "Stores config checkpoints and the assigned/active/lastKnownGood/error records of one node.",

@@ -1,0 +1,301 @@
+// Package guard recovers a node without any pod: a host-side check run
+// before each kubelet start (systemd ExecStartPre=) that puts last-known-good
+// back over a trial's drop-in once the kubelet has started too often under
+// the trial without the agent seeing it healthy, as Dynamic Kubelet
+// Config's kubelet counted its own start-ups.
+//
+// The agent and the guard talk through small files in one directory, each
+// replaced whole (temp file, fsync, rename, fsync of the directory) and each
+// with one writer, so that no write of one is lost to the other's:
+//
+//	trial.json      agent: the config on trial, its drop-in, last-known-good's bytes
+//	trial.healthy   agent: the start count at which the kubelet was last seen healthy
+//	trial.starts    guard: the kubelet's starts under the trial
+//	trial.fellback  guard: that it fell back, for the agent to record (the agent removes it)
+//
+// The guard's side (guard.go) uses only the standard library and these
+// files; desired.go is the agent's, deriving the trial from its records.
+package guard
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// File names in the guard's directory.
+const (
+	TrialFile    = "trial.json"
+	HealthyFile  = "trial.healthy"
+	StartsFile   = "trial.starts"
+	FallbackFile = "trial.fellback"
+)
+
+// DefaultDir is where the agent and the guard keep their files on a node:
+// beside the agent's store, on the host.
+const DefaultDir = "/var/lib/nodeconfig/guard"
+
+// DefaultThreshold is how many kubelet starts a trial gets without being
+// seen healthy: the agent's own restart onto the config, and two more.
+const DefaultThreshold = 3
+
+// ReasonFellBack is the late error the agent records for a trial the guard
+// fell back from.
+const ReasonFellBack = "StartGuardFellBack"
+
+// formatVersion is the version of every file's format: a file of another
+// version is not acted on.
+const formatVersion = 1
+
+// Identity names the config on trial: its ConfigMap's version and key.
+type Identity struct {
+	Namespace       string `json:"namespace,omitempty"`
+	Name            string `json:"name,omitempty"`
+	UID             string `json:"uid"`
+	ResourceVersion string `json:"resourceVersion"`
+	Key             string `json:"key"`
+}
+
+func (id Identity) String() string {
+	return fmt.Sprintf("%s/%s key %s (uid %s, resourceVersion %s)", id.Namespace, id.Name, id.Key, id.UID, id.ResourceVersion)
+}
+
+// Trial is a config on trial on the node, and what to put back if the
+// kubelet cannot start on it.
+type Trial struct {
+	Identity Identity `json:"identity"`
+	// Target is the drop-in the trial wrote, an absolute path.
+	Target string `json:"target"`
+	// LastKnownGood is what the guard writes over Target; nil is the local
+	// default (Target is removed). Embedded, not a path, so that one rename
+	// makes the trial and its way back durable together.
+	LastKnownGood []byte `json:"lastKnownGood"`
+	// LastKnownGoodName describes last-known-good in messages.
+	LastKnownGoodName string `json:"lastKnownGoodName,omitempty"`
+	// Threshold is how many starts the trial gets without being seen
+	// healthy (0: DefaultThreshold).
+	Threshold int `json:"threshold,omitempty"`
+}
+
+func (t Trial) threshold() int {
+	if t.Threshold <= 0 {
+		return DefaultThreshold
+	}
+	return t.Threshold
+}
+
+// restored names what the guard puts back.
+func (t Trial) restored() string {
+	switch {
+	case t.LastKnownGood == nil:
+		return "the local default"
+	case t.LastKnownGoodName != "":
+		return "last-known-good " + t.LastKnownGoodName
+	default:
+		return "last-known-good"
+	}
+}
+
+// validate refuses a trial the guard could not act on safely: it writes
+// Target as root.
+func (t Trial) validate() error {
+	switch {
+	case t.Identity.UID == "":
+		return errors.New("trial has no uid")
+	case !filepath.IsAbs(t.Target) || filepath.Clean(t.Target) != t.Target || filepath.Dir(t.Target) == t.Target:
+		return fmt.Errorf("trial target %q is not a clean absolute file path", t.Target)
+	}
+	return nil
+}
+
+type trialFile struct {
+	Version int `json:"version"`
+	Trial
+}
+
+// count is a start count under a trial: the guard's count of starts, or
+// the count at which the agent last saw the kubelet healthy.
+type count struct {
+	Version  int      `json:"version"`
+	Identity Identity `json:"identity"`
+	// Epoch is drawn anew whenever the guard starts a count from zero; a
+	// healthy mark holds the epoch of the count it was taken from, so that
+	// a mark of a lost count never forgives the starts of the next one.
+	Epoch  string `json:"epoch,omitempty"`
+	Starts int    `json:"starts"`
+}
+
+// newEpoch draws an epoch. math/rand/v2 is seeded by the runtime from the
+// kernel's randomness at exec, unlike a clock that a node without an RTC
+// repeats at each boot, and it cannot fail.
+func newEpoch() string { return strconv.FormatUint(rand.Uint64(), 36) }
+
+// Fallback says that the guard put last-known-good back over a trial.
+type Fallback struct {
+	Version  int       `json:"version"`
+	Identity Identity  `json:"identity"`
+	At       time.Time `json:"at"`
+	// Starts were the kubelet's starts since it was last seen healthy.
+	Starts    int    `json:"starts"`
+	Threshold int    `json:"threshold"`
+	Target    string `json:"target"`
+	// Restored describes what the guard put back.
+	Restored string `json:"restored"`
+	Reason   string `json:"reason"`
+	Message  string `json:"message"`
+}
+
+// readTrial returns the trial in dir, nil when there is none.
+func readTrial(dir string) (*Trial, error) {
+	var f trialFile
+	found, err := readJSON(filepath.Join(dir, TrialFile), &f)
+	if err != nil || !found {
+		return nil, err
+	}
+	if f.Version != formatVersion {
+		return nil, fmt.Errorf("%s has format version %d, want %d", TrialFile, f.Version, formatVersion)
+	}
+	if err := f.Trial.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", TrialFile, err)
+	}
+	return &f.Trial, nil
+}
+
+// readCount returns the count in path; a missing file is a zero count.
+func readCount(path string) (count, error) {
+	var c count
+	found, err := readJSON(path, &c)
+	switch {
+	case err != nil:
+		return count{}, err
+	case !found:
+		return count{}, nil
+	case c.Version != formatVersion || c.Starts < 0:
+		return count{}, fmt.Errorf("%s: version %d, starts %d", filepath.Base(path), c.Version, c.Starts)
+	}
+	return c, nil
+}
+
+func writeCount(path string, c count, noSync bool) error {
+	c.Version = formatVersion
+	return writeJSON(path, c, noSync)
+}
+
+// readJSON decodes path into v and reports whether it exists.
+func readJSON(path string, v any) (bool, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return false, fmt.Errorf("%s is corrupt: %w", path, err)
+	}
+	return true, nil
+}
+
+// writeJSON replaces path with v, unless it already holds exactly that.
+func writeJSON(path string, v any, noSync bool) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, data) {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	// Each guard file has one writer, so its temps are its own to sweep.
+	cleanTemps(path)
+	return writeFile(path, data, 0o600, noSync)
+}
+
+// writeFile replaces path with data atomically: a reader, or the machine
+// after a crash, sees the old file or the new one, never a part.
+func writeFile(path string, data []byte, perm os.FileMode, noSync bool) error {
+	dir := filepath.Dir(path)
+	// Beside path so that the rename stays on one filesystem; the name
+	// (".NAME" and digits) is the one the agent's materialize sweeps, and
+	// no kubelet drop-in reader takes it for a *.conf.
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path))
+	if err != nil {
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err == nil && !noSync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	if noSync {
+		return nil
+	}
+	return syncDir(dir)
+}
+
+// removeFile deletes path durably; a missing file is not an error.
+func removeFile(path string, noSync bool) error {
+	err := os.Remove(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if noSync {
+		return nil
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes a rename or removal in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// cleanTemps removes the temps a killed writeFile of path left behind.
+func cleanTemps(path string) {
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		return
+	}
+	prefix := "." + filepath.Base(path)
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
+			_ = os.Remove(filepath.Join(filepath.Dir(path), e.Name()))
+		}
+	}
+}
