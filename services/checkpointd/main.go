@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"os"
+	"path/filepath"
 	"time"
 
 	"nodeconfig.io/services/servekit"
@@ -45,4 +46,13 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "kubeconfig for TokenReview with --auth=token; empty means in-cluster config")
 	fs.BoolVar(&o.noFsync, "unsafe-no-fsync", false, "skip fsync of the store and of the config file it writes (tests and benchmarks only: a crash of the machine can lose writes)")
 	o.consumer.register(fs)
+}
+
+// guardDir is where the kubelet's host-side start guard finds the trial:
+// beside the store, where the node gates on its consumer (the kubelet).
+func (o *options) guardDir(gated bool) string {
+	if !gated {
+		return ""
+	}
+	return filepath.Join(o.stateDir, "guard")
 }

@@ -47,7 +47,7 @@ func (o *options) Run(p *servekit.Process) error {
 	}
 	ckd, err := server.Open(server.Options{
 		StateDir: o.stateDir, TargetDir: o.targetDir, TargetFile: o.targetFile, KubeletConfig: o.kubeletConfig, NoSync: o.noFsync,
-		MaxWatchers: o.maxWatchers, Registerer: srv.Registry, Log: p.Log, Consumer: gate,
+		MaxWatchers: o.maxWatchers, Registerer: srv.Registry, Log: p.Log, Consumer: gate, GuardDir: o.guardDir(gate != nil),
 	})
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/consumer"
 	"nodeconfig.io/services/checkpointd/internal/grpcapi"
+	"nodeconfig.io/services/checkpointd/internal/guard"
 	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
@@ -41,6 +42,9 @@ type Options struct {
 	// Consumer, when set, restarts the file's consumer after every change
 	// of the file and gates the soak on its health (RunConsumer).
 	Consumer *consumer.Gate
+	// GuardDir, when set, is the host-side start guard's directory
+	// (internal/guard): the node keeps its trial there.
+	GuardDir string
 }
 
 // Checkpointd is an open store with its lifecycle.
@@ -72,6 +76,9 @@ func Open(o Options) (*Checkpointd, error) {
 	}
 	if o.Consumer != nil { // a nil *Gate in the interface would not be nil
 		lo.Consumer = o.Consumer
+	}
+	if o.GuardDir != "" {
+		lo.Guard = &guard.Writer{Dir: o.GuardDir, NoSync: o.NoSync}
 	}
 	node := lifecycle.New(lo)
 	if o.Registerer != nil {

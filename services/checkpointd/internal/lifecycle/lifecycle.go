@@ -18,6 +18,7 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/checkpointd/internal/guard"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
 	"nodeconfig.io/services/configcheck"
@@ -43,6 +44,8 @@ type Node struct {
 	// kubelet, when set, is where the node's kubelet reads its config: a
 	// kubelet drop-in is judged merged with the node's own files.
 	kubelet *kubeletcheck.Node
+	// guard, when set, is told of every trial (internal/guard).
+	guard *guard.Writer
 
 	// mu orders record changes with target writes, so the file on disk and
 	// the active record never disagree for long.
@@ -67,6 +70,10 @@ type Options struct {
 	// Kubelet, when set, judges a kubelet drop-in merged with the node's
 	// base config and its other drop-ins, as the kubelet merges them.
 	Kubelet *kubeletcheck.Node
+	// Guard, when set, is the host-side start guard's directory: the node
+	// keeps its trial in step with the records and reads its fallback at
+	// start.
+	Guard *guard.Writer
 }
 
 // Consumer is the gate of the file's consumer (consumer.Gate): woken after
@@ -81,7 +88,7 @@ func New(o Options) *Node {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Node{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers, consumer: o.Consumer, kubelet: o.Kubelet}
+	return &Node{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers, consumer: o.Consumer, kubelet: o.Kubelet, guard: o.Guard}
 }
 
 // Records returns the node's records.
@@ -183,6 +190,11 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 		}
 		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, recs, nil
 	}
+	if err := n.guardActivatingLocked(recs); err != nil {
+		// No trial the guard does not know of: a kubelet that cannot start
+		// on it would have nothing to bring it back.
+		return 0, nil, n.writeFailedLocked(fmt.Sprintf("cannot tell the start guard of %s: %v", describeExactly(assigned.GetSource()), err), err)
+	}
 	if err := n.target.Write(content); err != nil {
 		return 0, nil, n.writeFailedLocked(fmt.Sprintf("cannot write %s to %s: %v", describeExactly(assigned.GetSource()), n.target.Path(), err), err)
 	}
@@ -202,6 +214,7 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 	if err != nil {
 		return 0, nil, err
 	}
+	n.syncGuardLocked()
 	n.metrics.activations.Inc()
 	n.wakeConsumer()
 	return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED, recs, nil
@@ -298,6 +311,7 @@ func (n *Node) rollBackLocked(reason, message string, failed *nodeconfigv1.Confi
 	if err != nil {
 		return nil, err
 	}
+	n.syncGuardLocked()
 	n.metrics.rollbacks.Inc()
 	n.wakeConsumer()
 	n.log.Warn("rolled back", "reason", reason, "message", message, "active", describeExactly(recs.GetActive().GetSource()))
@@ -339,6 +353,7 @@ func (n *Node) Promote(src *nodeconfigv1.ConfigSource) (*nodeconfigv1.Records, e
 	if refusal != nil {
 		return nil, refusedf("cannot promote: %v", refusal)
 	}
+	n.syncGuardLocked()
 	return recs, nil
 }
 
@@ -389,6 +404,7 @@ func (n *Node) Reset(soakSeconds int64, nodeConfig string) (*nodeconfigv1.Record
 	if err != nil {
 		return nil, err
 	}
+	n.syncGuardLocked()
 	if err := n.target.Remove(); err != nil {
 		return nil, n.writeFailedLocked(fmt.Sprintf("cannot remove %s for the local default: %v", n.target.Path(), err), err)
 	}
@@ -412,6 +428,10 @@ func (n *Node) Recover() error {
 	defer n.mu.Unlock()
 	n.target.CleanTemps()
 	n.refreshStoreGauges()
+	if err := n.guardFallbackLocked(); err != nil {
+		return err
+	}
+	defer n.syncGuardLocked()
 	recs, err := n.store.Records()
 	if err != nil {
 		return err

@@ -1,0 +1,97 @@
+package lifecycle
+
+import (
+	"errors"
+
+	"google.golang.org/protobuf/proto"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/guard"
+)
+
+// lkgPayload is last-known-good's bytes for the start guard; one that no
+// longer loads gives the local default, as a rollback does.
+func (n *Node) lkgPayload(src *nodeconfigv1.ConfigSource) ([]byte, error) {
+	b, err := n.content(src)
+	if err != nil {
+		n.log.Error("last-known-good does not load; the start guard falls back to the local default", "err", err)
+		return nil, nil
+	}
+	return b, nil
+}
+
+// guardActivatingLocked tells the guard of the trial activating the
+// assigned config starts, before the file holds it.
+func (n *Node) guardActivatingLocked(recs *nodeconfigv1.Records) error {
+	if n.guard == nil {
+		return nil
+	}
+	t, err := guard.Activating(recs, n.target.Path(), n.lkgPayload)
+	if err != nil {
+		return err
+	}
+	return n.guard.Sync(t)
+}
+
+// syncGuardLocked keeps the guard's trial in step with the records: the
+// active config while it is not last-known-good. A failure is logged: the
+// records stand, and the next change writes the trial again.
+func (n *Node) syncGuardLocked() {
+	if n.guard == nil {
+		return
+	}
+	recs, err := n.store.Records()
+	if err == nil {
+		var t *guard.Trial
+		if t, err = guard.Desired(recs, n.target.Path(), n.lkgPayload); err == nil {
+			err = n.guard.Sync(t)
+		}
+	}
+	if err != nil {
+		n.log.Error("cannot keep the start guard's trial in step with the records", "err", err)
+	}
+}
+
+// guardFallbackLocked records, at start, a fallback the guard made while no
+// agent ran: the trial it fell back from gets a late error, so that
+// nothing writes it back.
+func (n *Node) guardFallbackLocked() error {
+	if n.guard == nil {
+		return nil
+	}
+	fb, err := guard.ReadFallback(n.guard.Dir)
+	if err != nil {
+		n.log.Error("the start guard's fallback record is unreadable; removed", "err", err)
+		return guard.ClearFallback(n.guard.Dir, nil)
+	}
+	if fb == nil {
+		return nil
+	}
+	recs, err := n.store.Records()
+	if err != nil {
+		return err
+	}
+	if active := recs.GetActive().GetSource(); active != nil && guard.IdentityOf(active) == fb.Identity && !proto.Equal(active, recs.GetLastKnownGood().GetSource()) {
+		if _, err := n.rollBackLocked(guard.ReasonFellBack, fb.Message, active); err != nil {
+			return err
+		}
+	}
+	return guard.ClearFallback(n.guard.Dir, fb)
+}
+
+// guardHealthyLocked tells the guard the kubelet runs src healthy; false
+// when the guard already fell back from src, so that what runs healthy is
+// last-known-good, not src.
+func (n *Node) guardHealthyLocked(src *nodeconfigv1.ConfigSource) (bool, error) {
+	if n.guard == nil || src == nil {
+		return true, nil
+	}
+	err := n.guard.MarkHealthy(guard.IdentityOf(src))
+	if errors.Is(err, guard.ErrFellBack) {
+		return false, nil
+	}
+	if err != nil {
+		n.log.Error("cannot tell the start guard the kubelet is healthy", "err", err)
+	}
+	return true, nil
+}
