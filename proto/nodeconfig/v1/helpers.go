@@ -20,6 +20,11 @@ const ReasonWriteFailed = "WriteFailed"
 // back, statusd makes it the condition's reason.
 const ReasonConsumerUnhealthy = "ConsumerUnhealthy"
 
+// ReasonStartGuardFellBack is the late error of a config the kubelet could
+// not start on while no agent ran: the host-side start guard put
+// last-known-good back, and the agent records it at its start.
+const ReasonStartGuardFellBack = "StartGuardFellBack"
+
 // Status projects the records onto the NodeConfigStatus a node reports.
 func (r *Records) Status() *NodeConfigStatus {
 	return &NodeConfigStatus{

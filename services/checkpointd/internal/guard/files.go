@@ -29,6 +29,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
 // File names in the guard's directory.
@@ -49,7 +51,7 @@ const DefaultThreshold = 3
 
 // ReasonFellBack is the late error the agent records for a trial the guard
 // fell back from.
-const ReasonFellBack = "StartGuardFellBack"
+const ReasonFellBack = nodeconfigv1.ReasonStartGuardFellBack
 
 // formatVersion is the version of every file's format: a file of another
 // version is not acted on.

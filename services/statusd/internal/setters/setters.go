@@ -124,8 +124,9 @@ func ReadyCondition(records RecordsFunc) metav1.Condition {
 	switch {
 	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonRolledBack
-		if cfgErr.GetReason() == ReasonConsumerUnhealthy {
-			c.Reason = ReasonConsumerUnhealthy
+		if r := cfgErr.GetReason(); r == ReasonConsumerUnhealthy || r == nodeconfigv1.ReasonStartGuardFellBack {
+			// The kubelet's own failure on the config: its reason says so.
+			c.Reason = r
 		}
 		c.Message = fmt.Sprintf("%s; rolled back to %s", cfgErr.GetMessage(), recs.GetActive().GetSource().Describe())
 	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY:
