@@ -210,6 +210,16 @@ type fakeAgent struct {
 	recs      *nodeconfigv1.Records
 	calls     []string
 	lateError bool
+	// putErr fails every PutCheckpoint with it (a full or read-only disk),
+	// activateErr every Activate.
+	putErr, activateErr error
+}
+
+// failPuts makes the agent's checkpoint writes fail with err (nil: succeed).
+func (a *fakeAgent) failPuts(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.putErr = err
 }
 
 func (a *fakeAgent) call(name string) {
@@ -256,6 +266,9 @@ func (a *fakeAgent) PutCheckpoint(_ context.Context, _ *nodeconfigv1.PutCheckpoi
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.call("PutCheckpoint")
+	if a.putErr != nil {
+		return nil, a.putErr
+	}
 	return &nodeconfigv1.PutCheckpointResponse{Created: true}, nil
 }
 
@@ -272,6 +285,9 @@ func (a *fakeAgent) Activate(context.Context, *nodeconfigv1.ActivateRequest, ...
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.call("Activate")
+	if a.activateErr != nil {
+		return nil, a.activateErr
+	}
 	if a.lateError {
 		a.recs.Active = a.recs.GetLastKnownGood()
 		a.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "ValidationFailed", Message: "bad"}}

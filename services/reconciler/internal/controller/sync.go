@@ -294,17 +294,23 @@ func (c *Controller) record(node *metav1.PartialObjectMetadata, nc *v1alpha1.Nod
 	}
 	c.mu.Lock()
 	info := c.infoLocked(node.Name)
-	prevState, prevNC := info.State, info.NodeConfig
+	prevState, prevNC, prevTrial := info.State, info.NodeConfig, info.indexed.trialOf
 	newGeneration := noteGenerations(info, selectedBy)
 	c.noteResultLocked(info, nc, res)
 	next := c.scheduleLocked(info, nc, res)
 	curNC := info.NodeConfig
 	changed := prevState != info.State || prevNC != curNC
 	freed := c.departureAfterSyncLocked(info, following, leaving)
+	leftTrial := ""
+	if prevTrial != "" && prevTrial != info.indexed.trialOf {
+		leftTrial = prevTrial
+	}
 	c.mu.Unlock()
 
-	if freed != "" {
-		c.wakeWaiting(freed)
+	for _, name := range []string{freed, leftTrial} {
+		if name != "" {
+			c.wakeWaiting(name)
+		}
 	}
 	if newGeneration {
 		// The NodeConfigs may now observe their generation.
@@ -314,9 +320,6 @@ func (c *Controller) record(node *metav1.PartialObjectMetadata, nc *v1alpha1.Nod
 	}
 	if changed {
 		c.queueStatus(prevNC, curNC)
-		if prevState == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING && nc != nil {
-			c.wakeWaiting(nc.Name)
-		}
 	}
 	return next
 }
@@ -361,6 +364,14 @@ func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, r
 		nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED:
 	default:
 		// The trial, if any, is over.
+		info.Admitted, info.AdmittedFor = false, ""
+	}
+	if res.Err != nil && info.AdmittedFor != "" && !trialOnNode(info.Records) {
+		// Failed before its trial started: nothing unproven runs on the
+		// node, so its place protects nothing, and kept through the
+		// retries of a node that may never heal it would stall the
+		// rollout. The retry asks admission again, as any waiting node.
+		// A node that fails once its trial started keeps the place.
 		info.Admitted, info.AdmittedFor = false, ""
 	}
 	c.reindexLocked(info)

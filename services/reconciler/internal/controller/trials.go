@@ -44,6 +44,16 @@ func (c *Controller) reindexLocked(info *NodeInfo) {
 		want.trialOf = info.AdmittedFor
 	case info.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING:
 		want.trialOf = info.NodeConfig
+	case info.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING && info.NodeConfig != "" && trialOnNode(info.Records):
+		// A blip (its agent unreachable, a failed promote) does not end
+		// a trial under way, also for a reconciler that never admitted
+		// the node; the records are the last ones read.
+		want.trialOf = info.NodeConfig
+	case info.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT && info.Records.Soaking():
+		// Another NodeConfig selects it too, but it still soaks the
+		// version of the one that assigned it, whose trial it stays in
+		// until it promotes.
+		want.trialOf = info.Records.GetAssigned().GetNodeConfig()
 	}
 	if info.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK && info.NodeConfig != "" {
 		if v, ok := assignedVersion(info.Records); ok {
@@ -92,6 +102,15 @@ func (c *Controller) reindexLocked(info *NodeInfo) {
 			delete(c.trials, name)
 		}
 	}
+}
+
+// trialOnNode says whether a node's records hold a trial under way: a
+// config assigned that is not proven (soaking, or its activation not done)
+// and not rolled back.
+func trialOnNode(recs *nodeconfigv1.Records) bool {
+	a := recs.GetAssigned().GetSource()
+	return a != nil && !nodeconfigv1.SameSource(a, recs.GetLastKnownGood().GetSource()) &&
+		recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE
 }
 
 // addTo puts node in set key of m ("" for none).

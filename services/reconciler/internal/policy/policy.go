@@ -279,10 +279,16 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 			Message: fmt.Sprintf("checkpoint %s: %v", src.Describe(), status.Convert(err).Message())}
 		return earlyError(ctx, agent, recs, e)
 	}
-	if _, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig}); err != nil {
+	resp, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig})
+	if err != nil {
 		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
 			Message: fmt.Sprintf("record assigned %s: %v", src.Describe(), status.Convert(err).Message())}
 		return earlyError(ctx, agent, recs, e)
+	}
+	if r := resp.GetRecords(); r != nil {
+		// An activation that fails unreached reports these: they say the
+		// trial started.
+		recs = r
 	}
 	res := activate(ctx, agent, recs, now)
 	// One event per node per change: the activation's (or rollback's) event
