@@ -6,6 +6,7 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/pacing"
 )
 
 // A halt is kept per config version in the NodeConfig's status: the nodes
@@ -15,8 +16,11 @@ import (
 const (
 	// keptVersions bounds the versions a status remembers (newest last).
 	keptVersions = 8
-	// keptNodes bounds the node names kept per version; maxFailures is
-	// rarely near it, and a version that many nodes refused stays halted.
+	// keptNodes bounds the node names kept per version, unless the
+	// NodeConfig's maxFailures is higher: the names are what a new leader
+	// counts a halt by (the status counts come from the nodes' states), so
+	// maxFailures of them hold a halt after the nodes are gone, and more
+	// would only lengthen a message.
 	keptNodes = 256
 )
 
@@ -75,6 +79,7 @@ func (c *Controller) rolledBackLocked(nc *v1alpha1.NodeConfig, v version, select
 // rolledBackVersionsLocked is the status's list: the kept one plus every
 // selected node now rolled back, newest versions last. c.mu must be held.
 func (c *Controller) rolledBackVersionsLocked(nc *v1alpha1.NodeConfig, selected []string) []v1alpha1.RolledBackVersion {
+	kept := max(keptNodes, pacing.MaxFailures(nc.Spec.Rollout.MaxFailures))
 	var out []v1alpha1.RolledBackVersion
 	for _, rb := range nc.Status.RolledBackVersions {
 		rb.Nodes = slices.Clone(rb.Nodes)
@@ -94,7 +99,7 @@ func (c *Controller) rolledBackVersionsLocked(nc *v1alpha1.NodeConfig, selected 
 			out = append(out, v1alpha1.RolledBackVersion{UID: v.uid, ResourceVersion: v.resourceVersion, Key: v.key, Validator: v.validator})
 			i = len(out) - 1
 		}
-		if !slices.Contains(out[i].Nodes, name) && len(out[i].Nodes) < keptNodes {
+		if !slices.Contains(out[i].Nodes, name) && len(out[i].Nodes) < kept {
 			out[i].Nodes = append(out[i].Nodes, name)
 			slices.Sort(out[i].Nodes)
 		}

@@ -55,7 +55,15 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 		// syncs after the listing queue it again.
 		return configMapListingRecheck, nil
 	}
-	status := c.computeStatus(nc)
+	status, unseen := c.computeStatus(nc)
+	if unseen > 0 && len(nc.Status.Conditions) > 0 {
+		// A status counted without some of the nodes (a new reconciler
+		// after a fail-over has seen none) would say less than the stored
+		// one: zero counts, Ready=False, and a RolloutComplete event again
+		// when the nodes are seen. The stored status stands until then;
+		// each unseen node's first sync queues this one again.
+		return unseenRecheck, nil
+	}
 	c.metrics.observeNodeConfig(nc.Name, status)
 	// Outside every window, look again when the next one opens: the
 	// status write then wakes the waiting nodes.
@@ -96,9 +104,14 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 	return requeue, nil
 }
 
-// computeStatus counts the selected nodes by state and sets the conditions.
-func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigStatus {
-	st := v1alpha1.NodeConfigStatus{ObservedGeneration: nc.Generation, Conditions: slices.Clone(nc.Status.Conditions)}
+// unseenRecheck is when a NodeConfig whose status waits for nodes not
+// synced yet looks again, should no node sync have queued it before.
+const unseenRecheck = 5 * time.Second
+
+// computeStatus counts the selected nodes by state and sets the
+// conditions; unseen counts the selected nodes not synced yet.
+func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeConfigStatus, unseen int) {
+	st = v1alpha1.NodeConfigStatus{ObservedGeneration: nc.Generation, Conditions: slices.Clone(nc.Status.Conditions)}
 	set := func(t string, s metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: st.ObservedGeneration})
 	}
@@ -107,7 +120,7 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonInvalidSelector, msg)
 		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonInvalidSelector, msg)
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSelector, msg)
-		return st
+		return st, 0
 	}
 	selected := c.selectedNodes(nc)
 	st.Selected = int32(len(selected))
@@ -215,7 +228,7 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) v1alpha1.NodeConfigS
 		set(v1alpha1.ConditionProgressing, progressing, reason, msg)
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	}
-	return st
+	return st, unknown
 }
 
 // finalize resets (or abandons) the selected nodes, then lets the

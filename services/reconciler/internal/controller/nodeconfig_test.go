@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeconfig.io/services/api/v1alpha1"
@@ -58,6 +60,49 @@ func TestObservedGenerationWaitsForTheNodesOfThatGeneration(t *testing.T) {
 	for _, c := range got.Conditions {
 		if c.ObservedGeneration != 2 {
 			t.Fatalf("condition %s observedGeneration %d, want 2", c.Type, c.ObservedGeneration)
+		}
+	}
+}
+
+// A new reconciler (a fail-over) that syncs a NodeConfig's status before
+// its nodes keeps the stored status, counts and Ready, and does not tell
+// of a rollout complete again once it has synced them.
+func TestAFailOverKeepsTheStatusUntilTheNodesAreSynced(t *testing.T) {
+	f, _ := rolledOut(t, poolA("nc", v1alpha1.Rollout{}))
+	f.syncNodeConfig("nc")
+	f.catchUp("nc")
+	before := f.storedNodeConfig("nc").Status
+	if !meta.IsStatusConditionTrue(before.Conditions, v1alpha1.ConditionReady) || before.Active != 3 {
+		t.Fatalf("setup: status %+v, want Ready with 3 active", before)
+	}
+	f.events()
+
+	fresh := New(f.c.o)
+	t.Cleanup(func() { fresh.nodeQ.ShutDown(); fresh.ncQ.ShutDown() })
+	if _, err := fresh.syncNodeConfig(t.Context(), "nc"); err != nil {
+		t.Fatal(err)
+	}
+	f.catchUp("nc")
+	got := f.storedNodeConfig("nc").Status
+	if ready := meta.FindStatusCondition(got.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionTrue || got.Active != 3 {
+		t.Errorf("a new reconciler that synced no node wrote Ready %+v with active=%d selected=%d; want the stored Ready=True with 3 active",
+			ready, got.Active, got.Selected)
+	}
+	for _, n := range poolANodes {
+		if _, err := fresh.syncNode(t.Context(), n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fresh.syncNodeConfig(t.Context(), "nc"); err != nil {
+		t.Fatal(err)
+	}
+	f.catchUp("nc")
+	if got := f.storedNodeConfig("nc").Status; !meta.IsStatusConditionTrue(got.Conditions, v1alpha1.ConditionReady) || got.Active != 3 {
+		t.Fatalf("after the new reconciler synced the nodes, status %+v; want Ready with 3 active", got)
+	}
+	for _, e := range f.events() {
+		if strings.HasPrefix(e, "Normal RolloutComplete") {
+			t.Fatalf("a fail-over emitted %q again", e)
 		}
 	}
 }
