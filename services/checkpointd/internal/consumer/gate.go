@@ -152,7 +152,9 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		// only needs watching; otherwise the consumer may run an older file,
 		// so it is restarted.
 		phase := nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING
-		if active == nil {
+		if active == nil || g.startedAfter(recs.GetActive().GetWrittenAt().AsTime()) {
+			// A kubelet that started after the file was written runs it:
+			// turning the gate on restarts no kubelet outside its window.
 			phase = nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING
 		}
 		if ok, err := g.Node.SetConsumer(active, phase, ""); err != nil || !ok {
@@ -308,6 +310,22 @@ func (g *Gate) restart(ctx context.Context) error {
 // nothing.
 type NamedProcess interface {
 	ExeName() string
+}
+
+// StartTimes is a restarter that can tell when the consumer's running
+// process started (an error, or the zero time, when none runs).
+type StartTimes interface {
+	StartTime() (time.Time, error)
+}
+
+// startedAfter says whether the consumer's running process started after t.
+func (g *Gate) startedAfter(t time.Time) bool {
+	st, ok := g.Restarter.(StartTimes)
+	if !ok || t.IsZero() {
+		return false
+	}
+	started, err := st.StartTime()
+	return err == nil && !started.IsZero() && started.After(t)
 }
 
 // instance is the consumer's running process ("" for none); known is false

@@ -138,6 +138,32 @@ func (s Signal) Instance() (string, error) {
 	return fmt.Sprintf("%d@%d", pid, st.Starttime), nil
 }
 
+// StartTime is when the consumer's running process started (zero when none
+// runs), from its start in clock ticks after the host's boot.
+func (s Signal) StartTime() (time.Time, error) {
+	pid, err := s.find()
+	if err != nil || pid == 0 {
+		return time.Time{}, err
+	}
+	fs, err := procfs.NewFS(s.proc())
+	if err != nil {
+		return time.Time{}, err
+	}
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return time.Time{}, nil
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return time.Time{}, nil
+	}
+	secs, err := st.StartTime()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(0, int64(secs*float64(time.Second))), nil
+}
+
 // find returns the consumer's pid, 0 when it is not running.
 func (s Signal) find() (int, error) {
 	if s.PidFile != "" {
