@@ -172,7 +172,15 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 	}
 	if f := recs.FailedLate(assigned.GetSource(), assigned.GetValidator()); f != nil {
 		// Judged once already: a retry, a restart or a soak edit never
-		// tries it again.
+		// tries it again, and the node runs last-known-good meanwhile.
+		active := recs.GetActive().GetSource()
+		if proto.Equal(active, assigned.GetSource()) || !proto.Equal(active, recs.GetLastKnownGood().GetSource()) {
+			recs, err := n.rollBackLocked(f.GetError().GetReason(), f.GetError().GetMessage(), assigned.GetSource())
+			if err != nil {
+				return 0, nil, err
+			}
+			return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, recs, nil
+		}
 		recs, err := n.keepLateErrorLocked(f)
 		if err != nil {
 			return 0, nil, err
@@ -438,12 +446,13 @@ func (n *Node) Recover() error {
 	}
 	assigned := recs.GetAssigned()
 	active := recs.GetActive().GetSource()
+	failed := recs.FailedLate(assigned.GetSource(), assigned.GetValidator())
 	switch {
-	case assigned != nil && proto.Equal(assigned.GetSource(), active) && recs.FailedLate(active, assigned.GetValidator()) != nil:
+	case assigned != nil && failed != nil && (proto.Equal(assigned.GetSource(), active) || !proto.Equal(active, recs.GetLastKnownGood().GetSource())):
 		// A rollback a kill interrupted: its verdict is recorded, its
-		// switch to last-known-good is not.
-		f := recs.FailedLate(active, assigned.GetValidator())
-		_, err = n.rollBackLocked(f.GetError().GetReason(), f.GetError().GetMessage(), active)
+		// switch to last-known-good is not (the failed version, or one
+		// that soaked before it, is still active).
+		_, err = n.rollBackLocked(failed.GetError().GetReason(), failed.GetError().GetMessage(), assigned.GetSource())
 	case assigned != nil && !proto.Equal(assigned.GetSource(), active) &&
 		recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
 		// Like the kubelet after a restart: try to make assigned active.
