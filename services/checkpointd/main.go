@@ -3,11 +3,16 @@
 package main
 
 import (
+	"context"
 	"flag"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/dbus"
+
+	"nodeconfig.io/services/checkpointd/internal/guard"
 	"nodeconfig.io/services/servekit"
 	"nodeconfig.io/services/servekit/kubeapi"
 )
@@ -31,6 +36,10 @@ type options struct {
 	maxWatchers                     int
 	gcInterval, gcMinAge            time.Duration
 	noFsync                         bool
+	// The kubelet's start guard on the host (internal/guard).
+	guardUnitDir, guardHostStateDir string
+	guardHostRuntimeEndpoint        string
+	guardHostTargetDir              string
 	consumer                        consumerFlags
 }
 
@@ -44,6 +53,10 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.gcInterval, "gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
 	fs.DurationVar(&o.gcMinAge, "gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")
 	fs.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "kubeconfig for TokenReview with --auth=token; empty means in-cluster config")
+	fs.StringVar(&o.guardUnitDir, "guard-unit-dir", "", "the kubelet unit's drop-in directory as mounted (/etc/systemd/system/kubelet.service.d): the agent installs its binary under --state-dir/bin and a drop-in there that runs it before each kubelet start, so that a kubelet that cannot start on a config gets last-known-good back with no pod running (empty: not installed)")
+	fs.StringVar(&o.guardHostRuntimeEndpoint, "guard-host-runtime-endpoint", "", "the container runtime's socket as the host sees it, for the start guard, which counts no kubelet start while it is down (empty: --consumer-runtime-endpoint)")
+	fs.StringVar(&o.guardHostTargetDir, "guard-host-target-dir", "", "--target-dir as the host sees it, where the mount puts it elsewhere: the start guard writes there (empty: --target-dir)")
+	fs.StringVar(&o.guardHostStateDir, "guard-host-state-dir", "", "--state-dir as the host sees it, where the mount puts it elsewhere: the drop-in names host paths (empty: --state-dir)")
 	fs.BoolVar(&o.noFsync, "unsafe-no-fsync", false, "skip fsync of the store and of the config file it writes (tests and benchmarks only: a crash of the machine can lose writes)")
 	o.consumer.register(fs)
 }
@@ -55,4 +68,54 @@ func (o *options) guardDir(gated bool) string {
 		return ""
 	}
 	return filepath.Join(o.stateDir, "guard")
+}
+
+// installGuard puts the start guard on the host where the flags ask and the
+// node gates on its kubelet. A failure is logged, not fatal: the agent's
+// own gate still judges the kubelet while it runs.
+func (o *options) installGuard(log *slog.Logger, gated bool) {
+	if !gated || o.guardUnitDir == "" {
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		log.Error("cannot install the kubelet's start guard: no path to this binary", "err", err)
+		return
+	}
+	host := o.guardHostStateDir
+	if host == "" {
+		host = o.stateDir
+	}
+	bin := filepath.Join("bin", "checkpointd")
+	changed, err := guard.Install(self, filepath.Join(o.stateDir, bin), filepath.Join(host, bin), filepath.Join(host, "guard"), o.guardUnitDir)
+	if err != nil {
+		log.Error("cannot install the kubelet's start guard", "err", err)
+		return
+	}
+	if len(changed) == 0 {
+		return
+	}
+	log.Info("installed the kubelet's start guard", "changed", changed)
+	// systemd reads a new drop-in at a daemon-reload or at boot, when the
+	// guard matters most; the reload is asked where the system bus is
+	// mounted.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := dbus.NewSystemConnectionContext(ctx)
+	if err == nil {
+		defer conn.Close()
+		err = conn.ReloadContext(ctx)
+	}
+	if err != nil {
+		log.Info("systemd reads the start guard's drop-in at its next daemon-reload or boot", "reload", err)
+	}
+}
+
+// guardRuntimeEndpoint is the runtime's socket the start guard checks, as
+// the host sees it.
+func (o *options) guardRuntimeEndpoint() string {
+	if o.guardHostRuntimeEndpoint != "" {
+		return o.guardHostRuntimeEndpoint
+	}
+	return o.consumer.runtimeEndpoint
 }

@@ -45,9 +45,11 @@ func (o *options) Run(p *servekit.Process) error {
 	if err != nil {
 		return err
 	}
+	o.installGuard(p.Log, gate != nil)
 	ckd, err := server.Open(server.Options{
 		StateDir: o.stateDir, TargetDir: o.targetDir, TargetFile: o.targetFile, KubeletConfig: o.kubeletConfig, NoSync: o.noFsync,
 		MaxWatchers: o.maxWatchers, Registerer: srv.Registry, Log: p.Log, Consumer: gate, GuardDir: o.guardDir(gate != nil),
+		GuardRuntimeEndpoint: o.guardRuntimeEndpoint(), GuardHostTargetDir: o.guardHostTargetDir,
 	})
 	if err != nil {
 		return err

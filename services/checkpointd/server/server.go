@@ -45,6 +45,12 @@ type Options struct {
 	// GuardDir, when set, is the host-side start guard's directory
 	// (internal/guard): the node keeps its trial there.
 	GuardDir string
+	// GuardRuntimeEndpoint is the container runtime's socket as the host
+	// sees it: the guard counts no kubelet start while it is down.
+	GuardRuntimeEndpoint string
+	// GuardHostTargetDir is TargetDir as the host sees it (empty: the
+	// same).
+	GuardHostTargetDir string
 }
 
 // Checkpointd is an open store with its lifecycle.
@@ -78,7 +84,10 @@ func Open(o Options) (*Checkpointd, error) {
 		lo.Consumer = o.Consumer
 	}
 	if o.GuardDir != "" {
-		lo.Guard = &guard.Writer{Dir: o.GuardDir, NoSync: o.NoSync}
+		lo.Guard = &guard.Writer{Dir: o.GuardDir, NoSync: o.NoSync, RuntimeEndpoint: o.GuardRuntimeEndpoint}
+		if o.GuardHostTargetDir != "" {
+			lo.Guard.HostTarget = filepath.Join(o.GuardHostTargetDir, o.TargetFile)
+		}
 	}
 	node := lifecycle.New(lo)
 	if o.Registerer != nil {

@@ -85,6 +85,10 @@ type Trial struct {
 	// Threshold is how many starts the trial gets without being seen
 	// healthy (0: DefaultThreshold).
 	Threshold int `json:"threshold,omitempty"`
+	// RuntimeEndpoint is the container runtime's socket as the host sees
+	// it (unix://PATH; empty: not checked): a start while it takes no
+	// connection is not counted.
+	RuntimeEndpoint string `json:"runtimeEndpoint,omitempty"`
 }
 
 func (t Trial) threshold() int {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,9 @@ const (
 	FellBack
 	// Skipped: the guard could not tell what to do and did nothing.
 	Skipped
+	// RuntimeDown: the container runtime takes no connection, so the
+	// kubelet cannot start whatever its config: the start is not counted.
+	RuntimeDown
 )
 
 // Outcome is one run of the guard.
@@ -56,6 +60,9 @@ func Check(dir string, now time.Time) Outcome {
 	}
 	if t == nil {
 		return Outcome{Action: NoTrial, Message: "no config on trial: nothing to do"}
+	}
+	if err := runtimeListens(t.RuntimeEndpoint); err != nil {
+		return Outcome{Action: RuntimeDown, Message: fmt.Sprintf("the container runtime is not ready (%v): a kubelet start now says nothing of the trial of %s, so it is not counted", err, t.Identity)}
 	}
 	var notes []string
 	startsPath := filepath.Join(dir, StartsFile)
@@ -140,9 +147,9 @@ func ensureDropIn(target string, lkg []byte) (string, error) {
 	case exists && bytes.Equal(cur, lkg):
 		return "kept", nil
 	}
-	// The kubelet's drop-in directory is world-readable, as materialize
-	// writes it.
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+	// A directory that is not there is not the kubelet's drop-in
+	// directory (a trial naming another host's path): nothing is created.
+	if _, err := os.Stat(filepath.Dir(target)); err != nil {
 		return "", err
 	}
 	return "wrote", writeFile(target, lkg, 0o644, false)
@@ -184,4 +191,19 @@ func Main(args []string, stderr io.Writer) {
 		return
 	}
 	msg = Check(*dir, time.Now()).Message
+}
+
+// runtimeListens says whether the container runtime's socket takes a
+// connection (nil for no endpoint: not checked). A plain connect is enough:
+// a runtime that listens lets the kubelet start.
+func runtimeListens(endpoint string) error {
+	if endpoint == "" {
+		return nil
+	}
+	path := strings.TrimPrefix(endpoint, "unix://")
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }

@@ -20,6 +20,20 @@ type Writer struct {
 	// NoSync skips fsync (tests and benchmarks only): a crash of the machine
 	// may lose the last write.
 	NoSync bool
+	// RuntimeEndpoint, when set, goes into every trial: the guard counts no
+	// start while the container runtime takes no connection.
+	RuntimeEndpoint string
+	// HostTarget, when set, is the drop-in's path as the host sees it, where
+	// the agent's mount puts it elsewhere: the guard runs on the host.
+	HostTarget string
+}
+
+// Target is the drop-in's path for the guard: HostTarget, else the agent's.
+func (w Writer) Target(agents string) string {
+	if w.HostTarget != "" {
+		return w.HostTarget
+	}
+	return agents
 }
 
 // Sync sets t as the trial, or clears the trial when t is nil: the agent
@@ -39,6 +53,9 @@ func (w Writer) Sync(t *Trial) error {
 func (w Writer) SetTrial(t Trial) error {
 	if err := t.validate(); err != nil {
 		return err
+	}
+	if t.RuntimeEndpoint == "" {
+		t.RuntimeEndpoint = w.RuntimeEndpoint
 	}
 	if t.Threshold <= 0 {
 		t.Threshold = DefaultThreshold

@@ -26,7 +26,7 @@ func (n *Node) guardActivatingLocked(recs *nodeconfigv1.Records) error {
 	if n.guard == nil {
 		return nil
 	}
-	t, err := guard.Activating(recs, n.target.Path(), n.lkgPayload)
+	t, err := guard.Activating(recs, n.guard.Target(n.target.Path()), n.lkgPayload)
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (n *Node) syncGuardLocked() {
 	recs, err := n.store.Records()
 	if err == nil {
 		var t *guard.Trial
-		if t, err = guard.Desired(recs, n.target.Path(), n.lkgPayload); err == nil {
+		if t, err = guard.Desired(recs, n.guard.Target(n.target.Path()), n.lkgPayload); err == nil {
 			err = n.guard.Sync(t)
 		}
 	}
