@@ -34,7 +34,7 @@ const (
 // NodeConfig brings the kubelet back to its base config. Nobody touches the
 // kubelet but the agent.
 func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	client := node.Cluster.Client
 	work := t.TempDir()
@@ -140,6 +140,10 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 		t.Fatalf("drop-in after the rollback: %q, %v", content, err)
 	}
 	runReadmeCommand(ctx, t, work, `kubectl wait nodeconfig workers --for=jsonpath='{.status.conditions[?(@.type=="Degraded")].reason}'=RolloutHalted --timeout=60s`)
+
+	outsideKillAndRuntimeDown(ctx, t, work)
+	startGuardWithoutAgent(ctx, t, work)
+	agentRestarts++ // the one startGuardWithoutAgent killed
 
 	// Deleting the NodeConfig resets the node: no drop-in, the base config.
 	runReadmeCommand(ctx, t, work, "kubectl delete nodeconfig workers --wait=true --timeout=2m")
@@ -326,3 +330,144 @@ func restartsOf(ctx context.Context, t *testing.T, container string) int32 {
 	t.Fatalf("no container %s", container)
 	return 0
 }
+
+// applyMaxPods applies a kubelet-config ConfigMap that sets maxPods, as the
+// README's commands do, and returns its version.
+func applyMaxPods(ctx context.Context, t *testing.T, work string, maxPods int) string {
+	t.Helper()
+	runReadmeCommand(ctx, t, work, fmt.Sprintf(`printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: %d\n' > max.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./max.yaml --dry-run=client -o yaml | kubectl apply -f -`, maxPods))
+	cm, err := node.Cluster.Client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cm.ResourceVersion
+}
+
+// waitKubeletStarts waits until the kubelet's supervisor has started it
+// want times.
+func waitKubeletStarts(t *testing.T, want int, why string) {
+	t.Helper()
+	if err := proc.WaitFor(2*time.Minute, func() (bool, error) {
+		return node.Kubelet.Starts() >= want, fmt.Errorf("%d kubelet starts", node.Kubelet.Starts())
+	}); err != nil {
+		t.Fatalf("%s: %v", why, err)
+	}
+}
+
+// outsideKillAndRuntimeDown: what the agent did not cause is not the
+// config's fault. The kubelet killed mid-soak by something else and started
+// again by its supervisor RestartDelay (kubeadm's RestartSec) later: the
+// soak pauses and the config is promoted. containerd down while the agent
+// restarts the kubelet onto a new config, so that the kubelet exits at start
+// again and again: the node holds, nothing is rolled back, and once
+// containerd is back the kubelet runs the config and it is promoted.
+func outsideKillAndRuntimeDown(ctx context.Context, t *testing.T, work string) {
+	runReadmeCommand(ctx, t, work, `kubectl patch nodeconfig workers --type merge -p '{"spec":{"soakSeconds":30}}'`)
+	rv := applyMaxPods(ctx, t, work, 59)
+	waitStatus(ctx, t, "soaking maxPods 59", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return nodeview.ResourceVersion(st.Active) == rv && c.Reason == "Soaking"
+	})
+	waitKubeletMaxPods(ctx, t, 59)
+	starts := node.Kubelet.Starts()
+	if err := syscall.Kill(node.Kubelet.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitKubeletStarts(t, starts+1, "the supervisor never started the killed kubelet again")
+	waitStatus(ctx, t, "maxPods 59 promoted after the outside kill", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return nodeview.ResourceVersion(st.LastKnownGood) == rv && c.Reason == "Active"
+	})
+	if got := node.Kubelet.Starts(); got != starts+1 {
+		t.Fatalf("%d kubelet starts since the outside kill; want 1 (the supervisor's): the agent restarted it again", got-starts)
+	}
+
+	runReadmeCommand(ctx, t, work, `kubectl patch nodeconfig workers --type merge -p '{"spec":{"soakSeconds":10}}'`)
+	if err := node.Containerd.Stop(30 * time.Second); err != nil {
+		t.Logf("containerd stopped: %v", err)
+	}
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = node.Containerd.Restart()
+		}
+	}()
+	starts = node.Kubelet.Starts()
+	next := applyMaxPods(ctx, t, work, 60)
+	// Three starts on the new file, each refused for want of a runtime,
+	// span twice the agent's 20 s health timeout: time enough to blame.
+	waitKubeletStarts(t, starts+4, "the kubelet was not restarted onto the new config")
+	st, c, err := nodeview.Read(ctx, node.Cluster.Client, realnode.NodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nodeview.ResourceVersion(st.Active) != next || c.Reason == "RolledBack" || c.Reason == "ConsumerUnhealthy" || st.Error != "" {
+		t.Fatalf("with containerd down: %+v %s %q; want maxPods 60 still active and nothing blamed", st, c.Reason, c.Message)
+	}
+	if err := node.Containerd.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	waitKubeletMaxPods(ctx, t, 60)
+	waitStatus(ctx, t, "maxPods 60 promoted once containerd is back", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return nodeview.ResourceVersion(st.LastKnownGood) == next && c.Reason == "Active"
+	})
+	if err := node.WaitNodeReady(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startGuardWithoutAgent: a drop-in the kubelet cannot start on, and no
+// agent to undo it (killed, as a reboot leaves a node before any pod
+// runs). The start guard the kubelet's supervisor runs before each start
+// (the systemd drop-in's ExecStartPre) puts last-known-good back by itself
+// after its threshold of starts; the agent, back once the kubelet runs,
+// records the fallback as the version's late error.
+func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
+	lkg, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := nodeview.Read(ctx, node.Cluster.Client, realnode.NodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := nodeview.ResourceVersion(st.LastKnownGood)
+	runReadmeCommand(ctx, t, work, `printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: "xyz"\n' > xyz.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./xyz.yaml --dry-run=client -o yaml | kubectl apply -f -`)
+	if err := proc.WaitFor(time.Minute, func() (bool, error) {
+		b, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn))
+		return err == nil && strings.Contains(string(b), "xyz"), fmt.Errorf("drop-in %q, %v", b, err)
+	}); err != nil {
+		t.Fatalf("the agent never wrote the bad drop-in: %v", err)
+	}
+	agentPid := checkpointdPid(t)
+	if err := syscall.Kill(agentPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	starts := node.Kubelet.Starts()
+	if node.Kubelet.Running() {
+		_ = syscall.Kill(node.Kubelet.Pid(), syscall.SIGKILL)
+	}
+	// The kubelet's threshold of starts on the bad drop-in, then one on
+	// last-known-good: the guard's work, with no agent running.
+	waitKubeletStarts(t, starts+guardThreshold+1, "the kubelet's supervisor stopped starting it")
+	if err := proc.WaitFor(2*time.Minute, func() (bool, error) {
+		b, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn))
+		return err == nil && string(b) == string(lkg), fmt.Errorf("drop-in %q, %v", b, err)
+	}); err != nil {
+		t.Fatalf("the start guard did not put last-known-good back: %v", err)
+	}
+	log, err := os.ReadFile(filepath.Join(node.Logs, "exec-start-pre.log"))
+	if err != nil || !strings.Contains(string(log), "StartGuardFellBack") {
+		t.Fatalf("guard log %q (%v); want its fallback line", log, err)
+	}
+	waitKubeletMaxPods(ctx, t, 60)
+	waitStatus(ctx, t, "the guard's fallback recorded by the agent", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
+		return c.Status == corev1.ConditionFalse && c.Reason == "StartGuardFellBack" && nodeview.ResourceVersion(st.Active) == good
+	})
+	if pid := checkpointdPid(t); pid == agentPid {
+		t.Fatalf("checkpointd still runs as pid %d: the kill did not land", pid)
+	}
+}
+
+// guardThreshold is the start guard's default: starts under a trial before
+// it falls back.
+const guardThreshold = 3

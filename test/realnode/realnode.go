@@ -124,7 +124,7 @@ func Start(ctx context.Context, images ...string) (n *Node, err error) {
 			}
 		}
 	}()
-	for _, d := range []string{n.Logs, ConfigDir, AgentStateDir, filepath.Join(Root, "cni", "net.d")} {
+	for _, d := range []string{n.Logs, ConfigDir, AgentStateDir, KubeletUnitDir, filepath.Join(Root, "cni", "net.d")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
@@ -275,6 +275,12 @@ func (n *Node) ImportImage(tarball string) error {
 	return nil
 }
 
+// KubeletUnitDir stands for /etc/systemd/system/kubelet.service.d: the
+// agent installs its start guard's drop-in there, and the kubelet's
+// supervisor runs its ExecStartPre= lines before each start, as systemd
+// does.
+var KubeletUnitDir = filepath.Join(Root, "kubelet.service.d")
+
 func (n *Node) startKubelet(bin string) error {
 	kubeconfig := filepath.Join(Root, "kubelet.kubeconfig")
 	if err := n.Cluster.ClientKubeconfig(kubeconfig, "system:node:"+NodeName, []string{"system:nodes"}); err != nil {
@@ -321,7 +327,7 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%%, imagefs.available:
 		"--v", "1",
 	}
 	var err error
-	n.Kubelet, err = Supervise("kubelet", bin, args, filepath.Join(n.Logs, "kubelet.log"), KubeletPidFile)
+	n.Kubelet, err = Supervise("kubelet", bin, args, filepath.Join(n.Logs, "kubelet.log"), KubeletPidFile, KubeletUnitDir, filepath.Join(n.Logs, "exec-start-pre.log"))
 	return err
 }
 
