@@ -252,7 +252,16 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			if g.heldByRuntime(ctx, active) {
 				return g.Period
 			}
-			g.fail(active, fmt.Sprintf("the consumer turned unhealthy on %s (%d failed probes in a row): %s", active.Describe(), g.FailureThreshold, detail))
+			msg := fmt.Sprintf("the consumer turned unhealthy on %s (%d failed probes in a row): %s", active.Describe(), g.FailureThreshold, detail)
+			if !recs.Soaking() {
+				// A config proven through its soak is not judged again by a
+				// later outage of a kubelet that ran it: only one that will
+				// not run it after a restart onto it gives it up.
+				g.Log.Error("the consumer is not healthy on its proven config", "message", msg)
+				_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY, msg)
+				return g.retry(err)
+			}
+			g.fail(active, msg)
 			return 0
 		}
 		return time.Second

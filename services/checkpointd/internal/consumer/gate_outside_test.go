@@ -23,6 +23,7 @@ func (k *kubeletProcess) Instance() (string, error) { return k.id, nil }
 // config for a minute: its soak runs.
 func soakingNode() *fakeNode {
 	return &fakeNode{recs: &nodeconfigv1.Records{
+		Assigned:      &nodeconfigv1.AssignedRecord{Source: src("2")},
 		Active:        &nodeconfigv1.SourceRecord{Source: src("2"), WrittenAt: timestamppb.New(time.Now().Add(-time.Hour))},
 		LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
 		Consumer:      &nodeconfigv1.ConsumerRecord{Source: src("2"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, Since: timestamppb.New(time.Now().Add(-time.Minute))},

@@ -27,6 +27,9 @@ func src(rv string) *nodeconfigv1.ConfigSource {
 type fakeNode struct {
 	recs      *nodeconfigv1.Records
 	rollbacks []string
+	// lkgRollbacks are rollbacks asked of last-known-good itself (the
+	// lifecycle then falls back to the local default).
+	lkgRollbacks []string
 }
 
 func (f *fakeNode) Records() (*nodeconfigv1.Records, error) { return f.recs, nil }
@@ -43,6 +46,9 @@ func (f *fakeNode) SeenHealthy(*nodeconfigv1.ConfigSource) error { return nil }
 
 func (f *fakeNode) RollBack(s *nodeconfigv1.ConfigSource, message string) (bool, error) {
 	lkg := f.recs.GetLastKnownGood()
+	if nodeconfigv1.SameSource(s, lkg.GetSource()) {
+		f.lkgRollbacks = append(f.lkgRollbacks, message)
+	}
 	if !nodeconfigv1.SameSource(s, f.recs.GetActive().GetSource()) || nodeconfigv1.SameSource(s, lkg.GetSource()) {
 		return false, nil
 	}
@@ -76,6 +82,9 @@ func newTestGate(t *testing.T, node *fakeNode) (*Gate, *countingRestarter, *atom
 	healthy, url := consumerStandIn(t)
 	r := &countingRestarter{}
 	g := NewGate(Gate{Node: node, Restarter: r, Prober: Prober{URL: url}, HealthTimeout: time.Hour, FailureThreshold: 2, Log: slog.New(slog.DiscardHandler)})
+	// A gate that has been running: its first step here is not the
+	// agent's start (soak_test.go's gates are).
+	g.started = true
 	return g, r, healthy
 }
 
@@ -132,6 +141,7 @@ func TestGateRollsBackAConsumerThatDoesNotComeBack(t *testing.T) {
 
 func TestGateRollsBackAConsumerThatTurnsUnhealthyDuringTheSoak(t *testing.T) {
 	node := &fakeNode{recs: &nodeconfigv1.Records{
+		Assigned:      &nodeconfigv1.AssignedRecord{Source: src("2")},
 		Active:        &nodeconfigv1.SourceRecord{Source: src("2")},
 		LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
 		Consumer:      &nodeconfigv1.ConsumerRecord{Source: src("2"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY},

@@ -68,3 +68,20 @@ func TestSignalTellsWhenTheConsumerStarted(t *testing.T) {
 		t.Fatalf("StartTime of no process = %v, %v; want zero", got, err)
 	}
 }
+
+// A blip of a kubelet long on its proven config is watched, not judged:
+// last-known-good is not given up for it.
+func TestAnOutageOnAProvenConfigGivesNothingUp(t *testing.T) {
+	node := &fakeNode{recs: &nodeconfigv1.Records{
+		Assigned:      &nodeconfigv1.AssignedRecord{Source: src("1")},
+		Active:        &nodeconfigv1.SourceRecord{Source: src("1")},
+		LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
+		Consumer:      &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, Since: timestamppb.Now()},
+	}}
+	g, _, _ := newTestGate(t, node)
+	failures := 0
+	steps(g, 4, &failures)
+	if len(node.lkgRollbacks) != 0 || phase(node) != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY {
+		t.Fatalf("rollbacks of last-known-good %v, phase %v; want none and UNHEALTHY, watched", node.lkgRollbacks, phase(node))
+	}
+}
