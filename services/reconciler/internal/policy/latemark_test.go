@@ -51,9 +51,27 @@ func TestAVersionThatFailedLateStartsNoTrialAgain(t *testing.T) {
 			if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || admitted {
 				t.Fatalf("state %v, admitted %v; want ROLLED_BACK and no place taken in the trial", r.State, admitted)
 			}
-			if i := slices.IndexFunc(f.calls, func(c string) bool { return c != "GetRecords" }); i >= 0 {
-				t.Fatalf("calls %v: the marked version was sent to the node again", f.calls)
+			if name == "soak edited" && slices.ContainsFunc(f.calls, func(c string) bool { return c != "GetRecords" }) {
+				t.Fatalf("calls %v: the marked version, assigned already, was sent to the node again", f.calls)
+			}
+			// Assigned again after another version, the node keeps to
+			// its verdict: last-known-good active.
+			if !nodeconfigv1.SameSource(f.recs.GetActive().GetSource(), f.recs.GetLastKnownGood().GetSource()) {
+				t.Fatalf("records %v; want last-known-good active", f.recs)
 			}
 		})
+	}
+}
+
+// A rollback whose file could not be written (a full disk) left the failed
+// version active with its verdict recorded: the next sync has the node
+// finish it, rather than leave it there while the agent runs.
+func TestARollbackLeftUnfinishedIsFinished(t *testing.T) {
+	f := newFake(t0)
+	failedLateOn(f, "1", "2")
+	f.recs.Active = &nodeconfigv1.SourceRecord{Source: src("2")}
+	r := Sync(context.Background(), f, use("2"), t0.Add(time.Hour))
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || !nodeconfigv1.SameSource(f.recs.GetActive().GetSource(), src("1")) {
+		t.Fatalf("state %v, active %v; want ROLLED_BACK on last-known-good 1", r.State, f.recs.GetActive().GetSource())
 	}
 }

@@ -180,12 +180,17 @@ func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, re
 	if d.ResolveErr != nil {
 		return earlyError(ctx, agent, recs, d.ResolveErr)
 	}
+	a := recs.GetAssigned()
 	if recs.FailedLate(d.Source, d.Validator) != nil {
 		// The node judged this version and rolled it back: only a new
 		// version or validator is tried, so it takes no place in a trial.
-		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs}
+		if nodeconfigv1.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator {
+			return continueTrial(ctx, agent, recs, d, now)
+		}
+		// Assigned again, the node keeps to its verdict and runs
+		// last-known-good, as the NodeConfig's other nodes that failed it.
+		return startTrial(ctx, agent, recs, d, now)
 	}
-	a := recs.GetAssigned()
 	if a != nil && nodeconfigv1.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator && a.GetSoakSeconds() == d.SoakSeconds {
 		return continueTrial(ctx, agent, recs, d, now)
 	}
@@ -327,7 +332,13 @@ func activate(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, r
 // continueTrial handles a node that already has the desired assignment.
 func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, d Desired, now time.Time) Result {
 	if recs.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
-		// A late error is fixed by a new assignment, not by retrying.
+		// A late error is fixed by a new assignment, not by retrying; a
+		// rollback that did not finish (its file could not be written) is
+		// finished by the node's Activate, which runs last-known-good.
+		active := recs.GetActive().GetSource()
+		if nodeconfigv1.SameSource(active, recs.GetAssigned().GetSource()) || !nodeconfigv1.SameSource(active, recs.GetLastKnownGood().GetSource()) {
+			return activate(ctx, agent, recs, now)
+		}
 		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs}
 	}
 	if !nodeconfigv1.SameSource(recs.GetAssigned().GetSource(), recs.GetActive().GetSource()) {

@@ -90,7 +90,9 @@ func (f *fakeAgent) Activate(context.Context, *nodeconfigv1.ActivateRequest, ...
 	if err := f.call("Activate"); err != nil {
 		return nil, err
 	}
-	if f.lateError {
+	if a := f.recs.GetAssigned(); f.lateError || f.recs.FailedLate(a.GetSource(), a.GetValidator()) != nil {
+		// As checkpointd: a version that fails, or failed here before,
+		// leaves last-known-good active.
 		f.recs.Active = f.recs.GetLastKnownGood()
 		f.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "ValidationFailed", Message: "bad"}}
 		return &nodeconfigv1.ActivateResponse{Outcome: nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, Records: f.out()}, nil
