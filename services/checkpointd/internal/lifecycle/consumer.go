@@ -9,15 +9,11 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/checkpointd/internal/guard"
 )
 
 // ReasonConsumerUnhealthy is the late error of a config the consumer does
 // not run healthy.
 const ReasonConsumerUnhealthy = nodeconfigv1.ReasonConsumerUnhealthy
-
-// guardFellBack is the late error of a trial the start guard fell back from.
-const guardFellBack = guard.ReasonFellBack
 
 // ConsumerNode is the lifecycle as the consumer gate sees it.
 type ConsumerNode struct{ *Node }
@@ -28,12 +24,10 @@ func (c ConsumerNode) SetConsumer(src *nodeconfigv1.ConfigSource, phase nodeconf
 	defer c.mu.Unlock()
 	if phase == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY {
 		if recs, err := c.store.Records(); err == nil && proto.Equal(recs.GetActive().GetSource(), src) && !proto.Equal(recs.GetLastKnownGood().GetSource(), src) {
-			if on, err := c.guardHealthyLocked(src); err != nil {
-				return false, err
-			} else if !on {
+			if !c.guardHealthyLocked(src) {
 				// The guard put last-known-good back: what runs healthy is not src.
-				_, err := c.rollBackLocked(guardFellBack, "the start guard fell back from "+describeExactly(src)+" after repeated kubelet starts on it", src)
-				return false, err
+				c.guardFallbackLocked()
+				return false, nil
 			}
 		}
 	}
@@ -77,6 +71,12 @@ func healthyBefore(c *nodeconfigv1.ConsumerRecord) time.Duration {
 func (c ConsumerNode) SeenHealthy(src *nodeconfigv1.ConfigSource) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The guard hears of it too, so that restarts the probes did not see
+	// count from here; and learns nothing false if it fell back meanwhile.
+	if recs, err := c.store.Records(); err == nil && proto.Equal(recs.GetActive().GetSource(), src) && !proto.Equal(recs.GetLastKnownGood().GetSource(), src) && !c.guardHealthyLocked(src) {
+		c.guardFallbackLocked()
+		return nil
+	}
 	_, err := c.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		cur := r.GetConsumer()
 		if !proto.Equal(r.GetActive().GetSource(), src) || !proto.Equal(cur.GetSource(), src) || cur.GetPhase() != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY {

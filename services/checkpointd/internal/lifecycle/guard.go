@@ -52,46 +52,56 @@ func (n *Node) syncGuardLocked() {
 	}
 }
 
-// guardFallbackLocked records, at start, a fallback the guard made while no
-// agent ran: the trial it fell back from gets a late error, so that
-// nothing writes it back.
-func (n *Node) guardFallbackLocked() error {
+// guardFallbackLocked records a fallback the guard made (while no agent
+// ran, or between two of its looks): the trial it fell back from gets a
+// late error, so that nothing writes it back, and the record goes. It runs
+// at start and before anything that would write the file or prove the
+// trial (a drift repair, a promotion, a health mark). A fault of the
+// guard's directory is logged: it must not stop the agent.
+func (n *Node) guardFallbackLocked() {
 	if n.guard == nil {
-		return nil
+		return
 	}
 	fb, err := guard.ReadFallback(n.guard.Dir)
 	if err != nil {
 		n.log.Error("the start guard's fallback record is unreadable; removed", "err", err)
-		return guard.ClearFallback(n.guard.Dir, nil)
+		if err := guard.ClearFallback(n.guard.Dir, nil); err != nil {
+			n.log.Error("cannot remove the start guard's fallback record", "err", err)
+		}
+		return
 	}
 	if fb == nil {
-		return nil
+		return
 	}
 	recs, err := n.store.Records()
 	if err != nil {
-		return err
+		n.log.Error("cannot read the records for the start guard's fallback", "err", err)
+		return
 	}
 	if active := recs.GetActive().GetSource(); active != nil && guard.IdentityOf(active) == fb.Identity && !proto.Equal(active, recs.GetLastKnownGood().GetSource()) {
 		if _, err := n.rollBackLocked(guard.ReasonFellBack, fb.Message, active); err != nil {
-			return err
+			n.log.Error("cannot record the start guard's fallback", "err", err)
+			return
 		}
 	}
-	return guard.ClearFallback(n.guard.Dir, fb)
+	if err := guard.ClearFallback(n.guard.Dir, fb); err != nil {
+		n.log.Error("cannot remove the start guard's fallback record", "err", err)
+	}
 }
 
 // guardHealthyLocked tells the guard the kubelet runs src healthy; false
 // when the guard already fell back from src, so that what runs healthy is
 // last-known-good, not src.
-func (n *Node) guardHealthyLocked(src *nodeconfigv1.ConfigSource) (bool, error) {
+func (n *Node) guardHealthyLocked(src *nodeconfigv1.ConfigSource) bool {
 	if n.guard == nil || src == nil {
-		return true, nil
+		return true
 	}
 	err := n.guard.MarkHealthy(guard.IdentityOf(src))
 	if errors.Is(err, guard.ErrFellBack) {
-		return false, nil
+		return false
 	}
 	if err != nil {
 		n.log.Error("cannot tell the start guard the kubelet is healthy", "err", err)
 	}
-	return true, nil
+	return true
 }

@@ -60,3 +60,36 @@ func TestTheGuardsTrialFollowsTheRecords(t *testing.T) {
 		t.Fatalf("with version 3 promoted the drop-in holds %q; want it", got)
 	}
 }
+
+// The guard falls back while the agent runs (quick restarts its probes did
+// not see): neither a drift repair nor a promotion undoes it, and the
+// fallback is recorded at once.
+func TestAFallbackWhileTheAgentRunsIsNeverUndone(t *testing.T) {
+	for name, after := range map[string]func(f *fixture) error{
+		"drift repair": func(f *fixture) error { _, err := f.node.RepairDrift(); return err },
+		"promotion": func(f *fixture) error {
+			f.advance(time.Hour)
+			_, err := f.node.Promote(src("2"))
+			return err
+		},
+		"seen healthy": func(f *fixture) error { return (ConsumerNode{f.node}).SeenHealthy(src("2")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, dir := guarded(t)
+			f.assign(t, "1", "a: 1\n")
+			f.promote(t, "1")
+			f.assign(t, "2", "a: 2\n")
+			for range 4 {
+				guard.Check(dir, time.Now())
+			}
+			_ = after(f)
+			if got, _ := f.targetContent(t); got != "a: 1\n" {
+				t.Fatalf("the drop-in holds %q after the %s; want the guard's last-known-good kept", got, name)
+			}
+			recs := f.records(t)
+			if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) || !nodeconfigv1.SameSource(recs.GetLastKnownGood().GetSource(), src("1")) || recs.GetError().GetError().GetReason() != guard.ReasonFellBack {
+				t.Fatalf("records %v after the %s; want last-known-good 1 active and kept, and the guard's late error", recs, name)
+			}
+		})
+	}
+}

@@ -204,6 +204,8 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 		return 0, nil, n.writeFailedLocked(fmt.Sprintf("cannot tell the start guard of %s: %v", describeExactly(assigned.GetSource()), err), err)
 	}
 	if err := n.target.Write(content); err != nil {
+		// The trial never began: the guard counts none of its starts.
+		n.syncGuardLocked()
 		return 0, nil, n.writeFailedLocked(fmt.Sprintf("cannot write %s to %s: %v", describeExactly(assigned.GetSource()), n.target.Path(), err), err)
 	}
 	recs, err = n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
@@ -331,6 +333,9 @@ func (n *Node) rollBackLocked(reason, message string, failed *nodeconfigv1.Confi
 func (n *Node) Promote(src *nodeconfigv1.ConfigSource) (*nodeconfigv1.Records, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	// A trial the guard fell back from ran last-known-good's file: its soak
+	// proved nothing.
+	n.guardFallbackLocked()
 	var refusal error
 	recs, err := n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		switch {
@@ -412,10 +417,11 @@ func (n *Node) Reset(soakSeconds int64, nodeConfig string) (*nodeconfigv1.Record
 	if err != nil {
 		return nil, err
 	}
-	n.syncGuardLocked()
 	if err := n.target.Remove(); err != nil {
 		return nil, n.writeFailedLocked(fmt.Sprintf("cannot remove %s for the local default: %v", n.target.Path(), err), err)
 	}
+	// After the file goes: until then a start could meet it unguarded.
+	n.syncGuardLocked()
 	n.wakeConsumer()
 	return recs, nil
 }
@@ -436,9 +442,7 @@ func (n *Node) Recover() error {
 	defer n.mu.Unlock()
 	n.target.CleanTemps()
 	n.refreshStoreGauges()
-	if err := n.guardFallbackLocked(); err != nil {
-		return err
-	}
+	n.guardFallbackLocked()
 	defer n.syncGuardLocked()
 	recs, err := n.store.Records()
 	if err != nil {
@@ -473,6 +477,10 @@ func (n *Node) Recover() error {
 // repairLocked makes the target match the active record, or rolls back when
 // the active payload no longer loads.
 func (n *Node) repairLocked() (bool, error) {
+	// The guard's fallback is no drift: it is recorded, not written over;
+	// and a trial the guard was not told of is told again.
+	n.guardFallbackLocked()
+	defer n.syncGuardLocked()
 	recs, err := n.store.Records()
 	if err != nil {
 		return false, err
