@@ -105,7 +105,10 @@ type Controller struct {
 	// allSeen latches once every Node was synced since the start; until
 	// then unseen holds the Nodes not synced yet (depart.go).
 	allSeen atomic.Bool
-	unseen  map[string]struct{}
+	// firstStatusSync is when this reconciler first synced a NodeConfig's
+	// status (holdingStatuses); c.mu guards it.
+	firstStatusSync time.Time
+	unseen          map[string]struct{}
 	// verdicts are the central validator's, per version (verdict.go).
 	verdicts verdicts
 	// sources keeps each config source of the nodes' records once

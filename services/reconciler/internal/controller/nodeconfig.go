@@ -56,7 +56,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 		return configMapListingRecheck, nil
 	}
 	status, unseen := c.computeStatus(nc)
-	if unseen > 0 && len(nc.Status.Conditions) > 0 {
+	if unseen > 0 && len(nc.Status.Conditions) > 0 && c.holdingStatuses() {
 		// A status counted without some of the nodes (a new reconciler
 		// after a fail-over has seen none) would say less than the stored
 		// one: zero counts, Ready=False, and a RolloutComplete event again
@@ -107,6 +107,23 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 // unseenRecheck is when a NodeConfig whose status waits for nodes not
 // synced yet looks again, should no node sync have queued it before.
 const unseenRecheck = 5 * time.Second
+
+// statusHold bounds how long after its first status sync a reconciler
+// keeps the stored statuses while nodes are not synced yet: a node whose
+// syncs never end (a patch refused for good) must not freeze them.
+const statusHold = 5 * time.Minute
+
+// holdingStatuses says whether stored statuses still stand for nodes not
+// synced yet: within statusHold of this reconciler's first status sync.
+func (c *Controller) holdingStatuses() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.o.Now()
+	if c.firstStatusSync.IsZero() {
+		c.firstStatusSync = now
+	}
+	return now.Sub(c.firstStatusSync) < statusHold
+}
 
 // computeStatus counts the selected nodes by state and sets the
 // conditions; unseen counts the selected nodes not synced yet.

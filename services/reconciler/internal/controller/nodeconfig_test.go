@@ -106,3 +106,27 @@ func TestAFailOverKeepsTheStatusUntilTheNodesAreSynced(t *testing.T) {
 		}
 	}
 }
+
+// The stored status stands only so long: a node whose syncs never end
+// does not freeze it for ever.
+func TestTheStatusHoldEnds(t *testing.T) {
+	f, _ := rolledOut(t, poolA("nc", v1alpha1.Rollout{}))
+	f.syncNodeConfig("nc")
+	f.catchUp("nc")
+	writes := f.statusWrites()
+	fresh := New(f.c.o)
+	t.Cleanup(func() { fresh.nodeQ.ShutDown(); fresh.ncQ.ShutDown() })
+	if _, err := fresh.syncNodeConfig(t.Context(), "nc"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.statusWrites(); got != writes {
+		t.Fatalf("%d status writes by a new reconciler that synced no node; want none", got-writes)
+	}
+	f.now = f.now.Add(statusHold)
+	if _, err := fresh.syncNodeConfig(t.Context(), "nc"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.statusWrites(); got == writes {
+		t.Fatalf("no status write %s after the first status sync with nodes still not synced; want the hold over", statusHold)
+	}
+}

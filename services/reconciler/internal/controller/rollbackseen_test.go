@@ -83,6 +83,23 @@ func TestARollbackSeenAfterTheFactIsEventedCountedAndHalts(t *testing.T) {
 	if got := testutil.ToFloat64(f.c.metrics.rollbacks) - before; got != 1 {
 		t.Fatalf("rollbacks counted %v; want 1", got)
 	}
+	// Its agent out of reach for one sync (a DaemonSet update): the same
+	// rollback is not told again.
+	f.agents.mu.Lock()
+	delete(f.agents.agents, soaking)
+	f.agents.mu.Unlock()
+	_ = f.syncNode(soaking)
+	f.agents.mu.Lock()
+	f.agents.agents[soaking] = a
+	f.agents.mu.Unlock()
+	if err := f.syncNode(soaking); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range f.events() {
+		if strings.Contains(e, "ConfigRolledBack") {
+			t.Fatalf("the rollback was told again after an agent blip: %s", e)
+		}
+	}
 	// maxFailures 1: the freed place goes to no one.
 	f.syncAll(poolANodes...)
 	for _, n := range poolANodes {

@@ -95,6 +95,12 @@ func (c *Controller) noteRollbackSeen(name string, res *policy.Result) {
 		return
 	}
 	recs := res.Records
+	if known := prev.Records; known.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE &&
+		nodeconfigv1.SameSource(known.GetAssigned().GetSource(), recs.GetAssigned().GetSource()) {
+		// Told already: a failed sync in between (its agent out of reach)
+		// kept the records that said so.
+		return
+	}
 	res.Events = append(res.Events, policy.Event{Warning: true, Reason: policy.EventRolledBack,
 		Message: fmt.Sprintf("the node rolled %s back by itself: %s; it runs %s", recs.GetAssigned().GetSource().Describe(), recs.GetError().GetError().GetMessage(), recs.GetActive().GetSource().Describe())})
 }
