@@ -543,8 +543,9 @@ type rbRound struct {
 	proceed chan struct{} // the killer is ready
 	done    chan struct{}
 
-	// Set before the trigger, read by the killer after it.
-	pre, fallback, failed int
+	// Set before the trigger, read by the killer after it. through is a
+	// version the file holds on the way (0: none).
+	pre, fallback, failed, through int
 	// exit is closed at the stand-in's first exit after the trigger.
 	exit <-chan struct{}
 	// Read after done.
@@ -622,19 +623,36 @@ func (r *rbRound) steps(ctx context.Context) error {
 		}
 		r.span = time.Since(start)
 	case rbGateLKG:
+		// Last-known-good is given up only when the kubelet will not run
+		// it after a restart onto it: a version on trial turns unhealthy,
+		// its rollback restarts the consumer onto last-known-good, which
+		// is unhealthy too, and the node falls back to its local default.
 		x := version(m.current().GetLastKnownGood().GetSource())
-		r.pre, r.fallback, r.failed = x, 0, x
+		p, _, err := m.activateGood(ctx, c)
+		if err != nil {
+			return err
+		}
+		r.pre, r.fallback, r.failed, r.through = p, 0, x, x
 		if err := r.fire(ctx); err != nil {
 			return err
 		}
 		start := time.Now()
 		m.poison(x)
+		m.poison(p)
 		if _, err := m.await(ctx, c, fmt.Sprintf("following the gate dropping last-known-good %d", x), m.settled); err != nil {
 			return err
 		}
 		r.span = time.Since(start)
 	}
 	return nil
+}
+
+// holds are the versions the file may hold during the round's rollback.
+func (r *rbRound) holds() []int {
+	if r.through != 0 {
+		return []int{r.pre, r.through, r.fallback}
+	}
+	return []int{r.pre, r.fallback}
 }
 
 // timings are the measured durations the random kills scale with.
@@ -908,7 +926,7 @@ func TestCheckpointdSurvivesSIGKILLInsideRollbacks(t *testing.T) {
 		switch {
 		case before.exists && !before.whole:
 			fail("%s (%v, %v): between the kill and the restart the target is %s", where(), kind, mode, describeContent(content))
-		case !slices.Contains([]int{r.pre, r.fallback}, before.version):
+		case !slices.Contains(r.holds(), before.version):
 			fail("%s (%v, %v): between the kill and the restart the target is %v; the rollback goes from version %d to %d", where(), kind, mode, before, r.pre, r.fallback)
 		}
 		fileSwitched := r.pre != r.fallback && before.version == r.fallback
