@@ -102,7 +102,6 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	if pid := checkpointdPid(t); pid == agentPid {
 		t.Fatalf("checkpointd still runs as pid %d: the kill did not land", pid)
 	}
-	agentRestarts := restartsOf(ctx, t, "checkpointd")
 
 	// A drop-in the kubelet's validation accepts alone (it passes the
 	// reconciler's central check) but refuses merged with this node's base
@@ -143,7 +142,8 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 
 	outsideKillAndRuntimeDown(ctx, t, work)
 	startGuardWithoutAgent(ctx, t, work)
-	agentRestarts++ // the one startGuardWithoutAgent killed
+	// The power cut restarted every container once: counted from here.
+	restartsAfterBoot := containerRestarts(ctx, t)
 
 	// Deleting the NodeConfig resets the node: no drop-in, the base config.
 	runReadmeCommand(ctx, t, work, "kubectl delete nodeconfig workers --wait=true --timeout=2m")
@@ -160,10 +160,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	}
 	for _, p := range list.Items {
 		for _, s := range p.Status.ContainerStatuses {
-			restarts := int32(0)
-			if s.Name == "checkpointd" {
-				restarts = agentRestarts // the one the test killed
-			}
+			restarts := restartsAfterBoot[p.Name+"/"+s.Name]
 			if s.RestartCount != restarts || !s.Ready {
 				t.Errorf("pod %s container %s: ready=%v restarts=%d (last state %+v)", p.Name, s.Name, s.Ready, s.RestartCount, s.LastTerminationState)
 			}
@@ -316,21 +313,6 @@ func checkpointdPid(t *testing.T) int {
 	return found
 }
 
-func restartsOf(ctx context.Context, t *testing.T, container string) int32 {
-	t.Helper()
-	list, err := node.Cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nodeconfig-agent"})
-	if err != nil || len(list.Items) != 1 {
-		t.Fatalf("agent pods: %v (%d)", err, len(list.Items))
-	}
-	for _, s := range list.Items[0].Status.ContainerStatuses {
-		if s.Name == container {
-			return s.RestartCount
-		}
-	}
-	t.Fatalf("no container %s", container)
-	return 0
-}
-
 // applyMaxPods applies a kubelet-config ConfigMap that sets maxPods, as the
 // README's commands do, and returns its version.
 func applyMaxPods(ctx context.Context, t *testing.T, work string, maxPods int) string {
@@ -415,12 +397,14 @@ func outsideKillAndRuntimeDown(ctx context.Context, t *testing.T, work string) {
 	}
 }
 
-// startGuardWithoutAgent: a drop-in the kubelet cannot start on, and no
-// agent to undo it (killed, as a reboot leaves a node before any pod
-// runs). The start guard the kubelet's supervisor runs before each start
-// (the systemd drop-in's ExecStartPre) puts last-known-good back by itself
-// after its threshold of starts; the agent, back once the kubelet runs,
-// records the fallback as the version's late error.
+// startGuardWithoutAgent: a drop-in the kubelet cannot start on, and a
+// reboot before anything could undo it: every process of the node killed
+// (the kubelet, every container, the agent's among them, and containerd),
+// then only containerd and the kubelet's supervisor started, as a boot
+// does. The start guard the supervisor runs before each start (the systemd
+// drop-in's ExecStartPre) puts last-known-good back by itself after its
+// threshold of starts, with no pod running; the agent, back once the
+// kubelet runs, records the fallback as the version's late error.
 func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 	lkg, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn))
 	if err != nil {
@@ -431,6 +415,7 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 		t.Fatal(err)
 	}
 	good := nodeview.ResourceVersion(st.LastKnownGood)
+	agentPid := checkpointdPid(t)
 	runReadmeCommand(ctx, t, work, `printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: "xyz"\n' > xyz.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./xyz.yaml --dry-run=client -o yaml | kubectl apply -f -`)
 	if err := proc.WaitFor(time.Minute, func() (bool, error) {
 		b, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn))
@@ -438,20 +423,26 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 	}); err != nil {
 		t.Fatalf("the agent never wrote the bad drop-in: %v", err)
 	}
-	agentPid := checkpointdPid(t)
-	if err := syscall.Kill(agentPid, syscall.SIGKILL); err != nil {
+	if err := node.PowerOff(); err != nil {
 		t.Fatal(err)
 	}
-	starts := node.Kubelet.Starts()
-	if node.Kubelet.Running() {
-		_ = syscall.Kill(node.Kubelet.Pid(), syscall.SIGKILL)
+	if pid := agentProcess(); pid != 0 {
+		t.Fatalf("the agent (pid %d) still runs after the power cut", pid)
 	}
-	// The kubelet's threshold of starts on the bad drop-in, then one on
-	// last-known-good: the guard's work, with no agent running.
-	waitKubeletStarts(t, starts+guardThreshold+1, "the kubelet's supervisor stopped starting it")
-	if err := proc.WaitFor(2*time.Minute, func() (bool, error) {
+	if err := node.Boot(); err != nil {
+		t.Fatal(err)
+	}
+	// No pod runs until the kubelet does: whatever puts last-known-good
+	// back before that is the guard's work.
+	if err := proc.WaitFor(3*time.Minute, func() (bool, error) {
 		b, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn))
-		return err == nil && string(b) == string(lkg), fmt.Errorf("drop-in %q, %v", b, err)
+		if err == nil && string(b) == string(lkg) {
+			return true, nil
+		}
+		if pid := agentProcess(); pid != 0 {
+			t.Fatalf("an agent (pid %d) runs while the drop-in still holds %q: not a recovery without a pod", pid, b)
+		}
+		return false, fmt.Errorf("drop-in %q, %v; %d kubelet starts since the boot", b, err, node.Kubelet.Starts())
 	}); err != nil {
 		t.Fatalf("the start guard did not put last-known-good back: %v", err)
 	}
@@ -459,15 +450,57 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 	if err != nil || !strings.Contains(string(log), "StartGuardFellBack") {
 		t.Fatalf("guard log %q (%v); want its fallback line", log, err)
 	}
+	if node.Kubelet.Starts() < guardThreshold+1 {
+		t.Fatalf("%d kubelet starts since the boot; the guard falls back only past %d", node.Kubelet.Starts(), guardThreshold)
+	}
 	waitKubeletMaxPods(ctx, t, 60)
 	waitStatus(ctx, t, "the guard's fallback recorded by the agent", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return c.Status == corev1.ConditionFalse && c.Reason == "StartGuardFellBack" && nodeview.ResourceVersion(st.Active) == good
 	})
 	if pid := checkpointdPid(t); pid == agentPid {
-		t.Fatalf("checkpointd still runs as pid %d: the kill did not land", pid)
+		t.Fatalf("checkpointd still runs as pid %d: the power cut did not land", pid)
 	}
+	if err := node.WaitNodeReady(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
+	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
+}
+
+// agentProcess is the pid of a running checkpointd of the install, 0 for
+// none.
+func agentProcess() int {
+	matches, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, m := range matches {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		if args := strings.Split(string(b), "\x00"); args[0] == "/service" && strings.Contains(string(b), "--consumer-restart") {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(m)))
+			return pid
+		}
+	}
+	return 0
 }
 
 // guardThreshold is the start guard's default: starts under a trial before
 // it falls back.
 const guardThreshold = 3
+
+// containerRestarts maps each container of the install ("pod/container")
+// to its restart count now.
+func containerRestarts(ctx context.Context, t *testing.T) map[string]int32 {
+	t.Helper()
+	list, err := node.Cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int32{}
+	for _, p := range list.Items {
+		for _, s := range p.Status.ContainerStatuses {
+			out[p.Name+"/"+s.Name] = s.RestartCount
+		}
+	}
+	return out
+}

@@ -19,7 +19,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -77,9 +79,11 @@ type Node struct {
 	// Logs is the directory of every component's log.
 	Logs string
 
-	host        *hoststate.Before
-	containerd  string // socket
-	adminClient *http.Client
+	host       *hoststate.Before
+	containerd string // socket
+	// superviseKubelet starts the kubelet under a new supervisor (Boot).
+	superviseKubelet func() (*Supervisor, error)
+	adminClient      *http.Client
 }
 
 func binaries() (map[string]string, error) {
@@ -327,8 +331,117 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%%, imagefs.available:
 		"--v", "1",
 	}
 	var err error
-	n.Kubelet, err = Supervise("kubelet", bin, args, filepath.Join(n.Logs, "kubelet.log"), KubeletPidFile, KubeletUnitDir, filepath.Join(n.Logs, "exec-start-pre.log"))
+	n.superviseKubelet = func() (*Supervisor, error) {
+		return Supervise("kubelet", bin, args, filepath.Join(n.Logs, "kubelet.log"), KubeletPidFile, KubeletUnitDir, filepath.Join(n.Logs, "exec-start-pre.log"))
+	}
+	n.Kubelet, err = n.superviseKubelet()
 	return err
+}
+
+// PowerOff stops the node as a power cut does: the kubelet and its
+// supervisor, every container (their shims killed), and containerd, all
+// with SIGKILL. The control plane, which is not this node's, runs on.
+func (n *Node) PowerOff() error {
+	n.Kubelet.Hold()
+	if err := n.Kubelet.Stop(0); err != nil {
+		// Killed, as meant.
+		_ = err
+	}
+	shims, err := procsWith("containerd-shim", n.containerd)
+	if err != nil {
+		return err
+	}
+	// The containers first: a shim's death leaves them running.
+	for _, pid := range descendants(shims) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	for _, pid := range shims {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	n.Containerd.Kill()
+	<-n.Containerd.Done()
+	return nil
+}
+
+// Boot starts the node again after PowerOff, as a machine's boot does:
+// containerd, then only the kubelet's supervisor (systemd's unit, with the
+// drop-ins' ExecStartPre=): nothing else, no pod, until the kubelet starts
+// them.
+func (n *Node) Boot() error {
+	if err := n.Containerd.Restart(); err != nil {
+		return err
+	}
+	if err := proc.WaitFor(30*time.Second, func() (bool, error) {
+		out, err := n.ctr("version")
+		return err == nil, fmt.Errorf("containerd not answering: %v: %s", err, out)
+	}); err != nil {
+		return err
+	}
+	k, err := n.superviseKubelet()
+	if err != nil {
+		return err
+	}
+	n.Kubelet = k
+	return nil
+}
+
+// descendants lists every process below roots, by their parents in /proc.
+func descendants(roots []int) []int {
+	children := map[int][]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// "pid (comm) state ppid ...": the fields after the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
+		ppid, _ := strconv.Atoi(f[1])
+		children[ppid] = append(children[ppid], pid)
+	}
+	var out []int
+	queue := append([]int(nil), roots...)
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
+// procsWith lists the processes whose command line holds every word.
+func procsWith(words ...string) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(string(cmd), w)
+		}
+		if all {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
 }
 
 func (n *Node) startControllers(kcm, scheduler string) error {
