@@ -132,3 +132,16 @@ func (r *Records) FailedLate(src *ConfigSource, v Validator) *FailedVersion {
 	}
 	return nil
 }
+
+// RollbackUnfinished says whether a rollback of the assigned version is not
+// done: the version is marked as failed late, yet it, or one that soaked
+// before it, is active rather than last-known-good (a kill or a failed
+// write came between the verdict and the switch).
+func (r *Records) RollbackUnfinished() bool {
+	a := r.GetAssigned()
+	if a.GetSource() == nil || r.FailedLate(a.GetSource(), a.GetValidator()) == nil {
+		return false
+	}
+	active := r.GetActive().GetSource()
+	return SameSource(active, a.GetSource()) || !SameSource(active, r.GetLastKnownGood().GetSource())
+}

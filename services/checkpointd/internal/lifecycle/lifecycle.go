@@ -173,8 +173,7 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 	if f := recs.FailedLate(assigned.GetSource(), assigned.GetValidator()); f != nil {
 		// Judged once already: a retry, a restart or a soak edit never
 		// tries it again, and the node runs last-known-good meanwhile.
-		active := recs.GetActive().GetSource()
-		if proto.Equal(active, assigned.GetSource()) || !proto.Equal(active, recs.GetLastKnownGood().GetSource()) {
+		if recs.RollbackUnfinished() {
 			recs, err := n.rollBackLocked(f.GetError().GetReason(), f.GetError().GetMessage(), assigned.GetSource())
 			if err != nil {
 				return 0, nil, err
@@ -450,12 +449,11 @@ func (n *Node) Recover() error {
 	}
 	assigned := recs.GetAssigned()
 	active := recs.GetActive().GetSource()
-	failed := recs.FailedLate(assigned.GetSource(), assigned.GetValidator())
 	switch {
-	case assigned != nil && failed != nil && (proto.Equal(assigned.GetSource(), active) || !proto.Equal(active, recs.GetLastKnownGood().GetSource())):
+	case recs.RollbackUnfinished():
 		// A rollback a kill interrupted: its verdict is recorded, its
-		// switch to last-known-good is not (the failed version, or one
-		// that soaked before it, is still active).
+		// switch to last-known-good is not.
+		failed := recs.FailedLate(assigned.GetSource(), assigned.GetValidator())
 		_, err = n.rollBackLocked(failed.GetError().GetReason(), failed.GetError().GetMessage(), assigned.GetSource())
 	case assigned != nil && !proto.Equal(assigned.GetSource(), active) &&
 		recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:

@@ -335,8 +335,7 @@ func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClie
 		// A late error is fixed by a new assignment, not by retrying; a
 		// rollback that did not finish (its file could not be written) is
 		// finished by the node's Activate, which runs last-known-good.
-		active := recs.GetActive().GetSource()
-		if nodeconfigv1.SameSource(active, recs.GetAssigned().GetSource()) || !nodeconfigv1.SameSource(active, recs.GetLastKnownGood().GetSource()) {
+		if recs.RollbackUnfinished() {
 			return activate(ctx, agent, recs, now)
 		}
 		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs}
