@@ -293,19 +293,8 @@ func checkpointdPid(t *testing.T) int {
 	t.Helper()
 	var found int
 	err := proc.WaitFor(time.Minute, func() (bool, error) {
-		matches, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-		for _, m := range matches {
-			b, err := os.ReadFile(m)
-			if err != nil {
-				continue
-			}
-			args := strings.Split(string(b), "\x00")
-			if args[0] == "/service" && strings.Contains(string(b), "--consumer-restart") {
-				found, _ = strconv.Atoi(filepath.Base(filepath.Dir(m)))
-				return true, nil
-			}
-		}
-		return false, fmt.Errorf("no checkpointd process")
+		found = agentProcess()
+		return found != 0, fmt.Errorf("no checkpointd process")
 	})
 	if err != nil {
 		t.Fatal(err)

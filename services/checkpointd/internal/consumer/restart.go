@@ -119,21 +119,9 @@ func (s Signal) proc() string {
 // Instance names the consumer's running process by its pid and start time
 // ("" when none runs), so a crash loop shows as new instances.
 func (s Signal) Instance() (string, error) {
-	pid, err := s.find()
-	if err != nil || pid == 0 {
+	pid, st, err := s.stat()
+	if err != nil || st == nil {
 		return "", err
-	}
-	fs, err := procfs.NewFS(s.proc())
-	if err != nil {
-		return "", err
-	}
-	p, err := fs.Proc(pid)
-	if err != nil {
-		return "", nil
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return "", nil
 	}
 	return fmt.Sprintf("%d@%d", pid, st.Starttime), nil
 }
@@ -141,27 +129,37 @@ func (s Signal) Instance() (string, error) {
 // StartTime is when the consumer's running process started (zero when none
 // runs), from its start in clock ticks after the host's boot.
 func (s Signal) StartTime() (time.Time, error) {
-	pid, err := s.find()
-	if err != nil || pid == 0 {
+	_, st, err := s.stat()
+	if err != nil || st == nil {
 		return time.Time{}, err
-	}
-	fs, err := procfs.NewFS(s.proc())
-	if err != nil {
-		return time.Time{}, err
-	}
-	p, err := fs.Proc(pid)
-	if err != nil {
-		return time.Time{}, nil
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return time.Time{}, nil
 	}
 	secs, err := st.StartTime()
 	if err != nil {
 		return time.Time{}, err
 	}
 	return time.Unix(0, int64(secs*float64(time.Second))), nil
+}
+
+// stat reads the running consumer's /proc stat; nil when none runs (or it
+// exited while being read).
+func (s Signal) stat() (int, *procfs.ProcStat, error) {
+	pid, err := s.find()
+	if err != nil || pid == 0 {
+		return 0, nil, err
+	}
+	fs, err := procfs.NewFS(s.proc())
+	if err != nil {
+		return 0, nil, err
+	}
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return 0, nil, nil
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, nil, nil
+	}
+	return pid, &st, nil
 }
 
 // find returns the consumer's pid, 0 when it is not running.
