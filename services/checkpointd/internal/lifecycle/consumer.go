@@ -22,14 +22,9 @@ type ConsumerNode struct{ *Node }
 func (c ConsumerNode) SetConsumer(src *nodeconfigv1.ConfigSource, phase nodeconfigv1.ConsumerPhase, message string) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if phase == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY {
-		if recs, err := c.store.Records(); err == nil && proto.Equal(recs.GetActive().GetSource(), src) && !proto.Equal(recs.GetLastKnownGood().GetSource(), src) {
-			if !c.guardHealthyLocked(src) {
-				// The guard put last-known-good back: what runs healthy is not src.
-				c.guardFallbackLocked()
-				return false, nil
-			}
-		}
+	if phase == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY && !c.guardHealthyLocked(src) {
+		// The guard put last-known-good back: what runs healthy is not src.
+		return false, nil
 	}
 	ok := false
 	_, err := c.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
@@ -73,8 +68,7 @@ func (c ConsumerNode) SeenHealthy(src *nodeconfigv1.ConfigSource) error {
 	defer c.mu.Unlock()
 	// The guard hears of it too, so that restarts the probes did not see
 	// count from here; and learns nothing false if it fell back meanwhile.
-	if recs, err := c.store.Records(); err == nil && proto.Equal(recs.GetActive().GetSource(), src) && !proto.Equal(recs.GetLastKnownGood().GetSource(), src) && !c.guardHealthyLocked(src) {
-		c.guardFallbackLocked()
+	if !c.guardHealthyLocked(src) {
 		return nil
 	}
 	_, err := c.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {

@@ -89,15 +89,21 @@ func (n *Node) guardFallbackLocked() {
 	}
 }
 
-// guardHealthyLocked tells the guard the kubelet runs src healthy; false
-// when the guard already fell back from src, so that what runs healthy is
-// last-known-good, not src.
+// guardHealthyLocked tells the guard the kubelet runs src healthy, where
+// src is the trial (active, not last-known-good). False when the guard
+// already fell back from src: what runs healthy is last-known-good, and the
+// fallback is recorded.
 func (n *Node) guardHealthyLocked(src *nodeconfigv1.ConfigSource) bool {
 	if n.guard == nil || src == nil {
 		return true
 	}
-	err := n.guard.MarkHealthy(guard.IdentityOf(src))
+	recs, err := n.store.Records()
+	if err != nil || !proto.Equal(recs.GetActive().GetSource(), src) || proto.Equal(recs.GetLastKnownGood().GetSource(), src) {
+		return true
+	}
+	err = n.guard.MarkHealthy(guard.IdentityOf(src))
 	if errors.Is(err, guard.ErrFellBack) {
+		n.guardFallbackLocked()
 		return false
 	}
 	if err != nil {
