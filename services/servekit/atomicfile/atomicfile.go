@@ -5,8 +5,10 @@
 package atomicfile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,6 +19,12 @@ import (
 // Write replaces path with data, creating its directory (dirPerm) when it is
 // missing. The file gets perm whatever the umask or an earlier file had.
 func Write(path string, data []byte, perm, dirPerm os.FileMode) error {
+	return WriteFrom(path, bytes.NewReader(data), perm, dirPerm)
+}
+
+// WriteFrom replaces path with what r yields, as Write does, streaming it:
+// a large file (an executable copied to the host) never sits in memory whole.
+func WriteFrom(path string, r io.Reader, perm, dirPerm os.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, dirPerm); err != nil {
 		return fmt.Errorf("create directory %s: %w", dir, err)
@@ -27,7 +35,7 @@ func Write(path string, data []byte, perm, dirPerm os.FileMode) error {
 		return fmt.Errorf("create temp file for %s: %w", path, err)
 	}
 	defer f.Cleanup()
-	if _, err := f.Write(data); err != nil {
+	if _, err := io.Copy(f, r); err != nil {
 		return fmt.Errorf("write temp file for %s: %w", path, err)
 	}
 	if err := f.CloseAtomicallyReplace(); err != nil {

@@ -1,9 +1,13 @@
 package atomicfile
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestWriteReplacesWholeWithPermAndLeavesNoTemp(t *testing.T) {
@@ -99,5 +103,32 @@ func TestRemoveOfAMissingFileIsNotAnError(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("stat after Remove: %v", err)
+	}
+}
+
+func TestWriteFromStreamsAndKeepsTheOldFileOnAReadError(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "bin", "tool")
+	big := strings.Repeat("0123456789abcdef", 1<<16)
+	if err := WriteFrom(path, strings.NewReader(big), 0o755, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || string(got) != big {
+		t.Fatalf("read %d bytes, %v; want the reader's %d", len(got), err, len(big))
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("mode %v, %v; want 0755", fi.Mode(), err)
+	}
+	// A reader that fails part-way replaces nothing and leaves no temp.
+	broken := io.MultiReader(strings.NewReader("part"), iotest.ErrReader(errors.New("read failed")))
+	if err := WriteFrom(path, broken, 0o755, 0o755); err == nil {
+		t.Fatal("a failing reader replaced the file")
+	}
+	if got, _ := os.ReadFile(path); string(got) != big {
+		t.Fatalf("after a failed write the file holds %d bytes, want the old %d", len(got), len(big))
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
+		t.Fatalf("directory holds %v, want only tool", entries)
 	}
 }

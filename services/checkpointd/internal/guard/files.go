@@ -13,8 +13,9 @@
 //	trial.starts    guard: the kubelet's starts under the trial
 //	trial.fellback  guard: that it fell back, for the agent to record (the agent removes it)
 //
-// The guard's side (guard.go) uses only the standard library and these
-// files; desired.go is the agent's, deriving the trial from its records.
+// The guard's side (guard.go) reads and writes only these files and the
+// trial's drop-in; desired.go is the agent's, deriving the trial from its
+// records.
 package guard
 
 import (
@@ -27,10 +28,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
-	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/servekit/atomicfile"
 )
 
 // File names in the guard's directory.
@@ -48,10 +48,6 @@ const DefaultDir = "/var/lib/nodeconfig/guard"
 // DefaultThreshold is how many kubelet starts a trial gets without being
 // seen healthy: the agent's own restart onto the config, and two more.
 const DefaultThreshold = 3
-
-// ReasonFellBack is the late error the agent records for a trial the guard
-// fell back from.
-const ReasonFellBack = nodeconfigv1.ReasonStartGuardFellBack
 
 // formatVersion is the version of every file's format: a file of another
 // version is not acted on.
@@ -220,88 +216,27 @@ func writeJSON(path string, v any, noSync bool) error {
 	if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, data) {
 		return nil
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
+	return replaceFile(path, data, noSync)
+}
+
+// replaceFile replaces the guard file at path with data through atomicfile
+// (durably unless noSync); the guard's directory is made private if missing.
+// Temps are named ".NAME" and digits, a name no kubelet drop-in reader takes
+// for a *.conf.
+func replaceFile(path string, data []byte, noSync bool) error {
 	// Each guard file has one writer, so its temps are its own to sweep.
-	cleanTemps(path)
-	return writeFile(path, data, 0o600, noSync)
-}
-
-// writeFile replaces path with data atomically: a reader, or the machine
-// after a crash, sees the old file or the new one, never a part.
-func writeFile(path string, data []byte, perm os.FileMode, noSync bool) error {
-	dir := filepath.Dir(path)
-	// Beside path so that the rename stays on one filesystem; the name
-	// (".NAME" and digits) is the one the agent's materialize sweeps, and
-	// no kubelet drop-in reader takes it for a *.conf.
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path))
-	if err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if err == nil && !noSync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
+	atomicfile.CleanTemps(path)
 	if noSync {
-		return nil
+		return atomicfile.WriteUnsynced(path, data, 0o600, 0o700)
 	}
-	return syncDir(dir)
+	return atomicfile.Write(path, data, 0o600, 0o700)
 }
 
-// removeFile deletes path durably; a missing file is not an error.
+// removeFile deletes path, durably unless noSync; a missing file is not an
+// error.
 func removeFile(path string, noSync bool) error {
-	err := os.Remove(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
 	if noSync {
-		return nil
+		return atomicfile.RemoveUnsynced(path)
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-// syncDir makes a rename or removal in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
-}
-
-// cleanTemps removes the temps a killed writeFile of path left behind.
-func cleanTemps(path string) {
-	entries, err := os.ReadDir(filepath.Dir(path))
-	if err != nil {
-		return
-	}
-	prefix := "." + filepath.Base(path)
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), prefix)
-		if ok && rest != "" && strings.Trim(rest, "0123456789") == "" {
-			_ = os.Remove(filepath.Join(filepath.Dir(path), e.Name()))
-		}
-	}
+	return atomicfile.Remove(path)
 }

@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/servekit/atomicfile"
 )
 
 // Action is what one run of the guard did.
@@ -109,7 +112,7 @@ func fallBack(dir string, t *Trial, since int, now time.Time, notes []string) Ou
 	if err != nil || fb == nil || fb.Identity != t.Identity {
 		fb = &Fallback{
 			Version: formatVersion, Identity: t.Identity, At: now.UTC(), Starts: since, Threshold: threshold,
-			Target: t.Target, Restored: t.restored(), Reason: ReasonFellBack,
+			Target: t.Target, Restored: t.restored(), Reason: nodeconfigv1.ReasonStartGuardFellBack,
 			Message: fmt.Sprintf("the kubelet started %d times under the trial of %s without the agent seeing it healthy; the start guard put back %s",
 				since, t.Identity, t.restored()),
 		}
@@ -129,7 +132,7 @@ func fallBack(dir string, t *Trial, since int, now time.Time, notes []string) Ou
 	}
 	return Outcome{Action: FellBack, Starts: since, Message: withNotes(fmt.Sprintf(
 		"kubelet start %d under the trial of %s is past %d without being seen healthy: %s %s (%s); the agent records %s",
-		since, t.Identity, threshold, what, t.Target, t.restored(), ReasonFellBack), notes)}
+		since, t.Identity, threshold, what, t.Target, t.restored(), nodeconfigv1.ReasonStartGuardFellBack), notes)}
 }
 
 // ensureDropIn makes target hold lkg (nil: absent) and says what it did.
@@ -143,16 +146,23 @@ func ensureDropIn(target string, lkg []byte) (string, error) {
 	case lkg == nil && !exists:
 		return "kept absent", nil
 	case lkg == nil:
-		return "removed", removeFile(target, false)
+		return "removed", atomicfile.Remove(target)
 	case exists && bytes.Equal(cur, lkg):
 		return "kept", nil
 	}
 	// A directory that is not there is not the kubelet's drop-in
 	// directory (a trial naming another host's path): nothing is created.
-	if _, err := os.Stat(filepath.Dir(target)); err != nil {
-		return "", err
+	return "wrote", writeInExistingDir(target, lkg)
+}
+
+// writeInExistingDir replaces path with data, readable by all, durably. Its
+// directory must exist already: atomicfile would create a missing one, but a
+// missing drop-in or unit directory is not the host's to fill in.
+func writeInExistingDir(path string, data []byte) error {
+	if _, err := os.Stat(filepath.Dir(path)); err != nil {
+		return err
 	}
-	return "wrote", writeFile(target, lkg, 0o644, false)
+	return atomicfile.Write(path, data, 0o644, 0o755)
 }
 
 func withNotes(msg string, notes []string) string {

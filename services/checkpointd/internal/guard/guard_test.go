@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
 var (
@@ -166,7 +168,7 @@ func TestCrashLoopFallsBackAfterThreshold(t *testing.T) {
 			if err != nil || fb == nil {
 				t.Fatalf("fallback record %+v, %v", fb, err)
 			}
-			if fb.Identity != tr.Identity || fb.Reason != ReasonFellBack || fb.Starts != DefaultThreshold+1 || !fb.At.Equal(t0) || fb.Target != n.target {
+			if fb.Identity != tr.Identity || fb.Reason != nodeconfigv1.ReasonStartGuardFellBack || fb.Starts != DefaultThreshold+1 || !fb.At.Equal(t0) || fb.Target != n.target {
 				t.Fatalf("fallback record %+v", fb)
 			}
 			if !strings.Contains(fb.Message, "started 4 times") {

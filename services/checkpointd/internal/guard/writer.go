@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"nodeconfig.io/services/servekit/atomicfile"
 )
 
 // ErrFellBack is MarkHealthy's refusal: the guard already fell back from the
@@ -74,11 +76,7 @@ func (w Writer) SetTrial(t Trial) error {
 			return err
 		}
 	}
-	if err := os.MkdirAll(w.Dir, 0o700); err != nil {
-		return err
-	}
-	cleanTemps(path)
-	if err := writeFile(path, data, 0o600, w.NoSync); err != nil {
+	if err := replaceFile(path, data, w.NoSync); err != nil {
 		return fmt.Errorf("set the trial of %s: %w", t.Identity, err)
 	}
 	return nil
@@ -134,7 +132,7 @@ func MarkHealthy(dir string, id Identity) error { return Writer{Dir: dir}.MarkHe
 // ReadFallback returns the guard's record that it fell back, nil when there
 // is none. The agent reads it at start, before it repairs the drop-in, and
 // before it records the kubelet healthy: a matching trial gets a late error
-// (ReasonFellBack), then ClearFallback.
+// (nodeconfigv1.ReasonStartGuardFellBack), then ClearFallback.
 func ReadFallback(dir string) (*Fallback, error) {
 	var f Fallback
 	found, err := readJSON(filepath.Join(dir, FallbackFile), &f)
@@ -158,5 +156,5 @@ func ClearFallback(dir string, f *Fallback) error {
 			return nil
 		}
 	}
-	return removeFile(filepath.Join(dir, FallbackFile), false)
+	return atomicfile.Remove(filepath.Join(dir, FallbackFile))
 }

@@ -79,7 +79,7 @@ func (n *Node) guardFallbackLocked() {
 		return
 	}
 	if active := recs.GetActive().GetSource(); active != nil && guard.IdentityOf(active) == fb.Identity && !proto.Equal(active, recs.GetLastKnownGood().GetSource()) {
-		if _, err := n.rollBackLocked(guard.ReasonFellBack, fb.Message, active); err != nil {
+		if _, err := n.rollBackLocked(nodeconfigv1.ReasonStartGuardFellBack, fb.Message, active); err != nil {
 			n.log.Error("cannot record the start guard's fallback", "err", err)
 			return
 		}
