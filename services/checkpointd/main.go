@@ -40,6 +40,7 @@ type options struct {
 	guardUnitDir, guardHostStateDir string
 	guardHostRuntimeEndpoint        string
 	guardHostTargetDir              string
+	nodeFilesPeriod                 time.Duration
 	consumer                        consumerFlags
 }
 
@@ -49,6 +50,7 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.targetDir, "target-dir", "/etc/kubernetes/kubelet.conf.d", "directory the active config is written to")
 	fs.StringVar(&o.targetFile, "target-file", "50-nodeconfig.conf", "file name of the active config in --target-dir")
 	fs.StringVar(&o.kubeletConfig, "kubelet-config", "", "the kubelet's --config file: a kubelet drop-in is then judged merged with it and the other drop-ins of --target-dir, as the kubelet merges them at start (empty: judged alone over the kubelet's defaults)")
+	fs.DurationVar(&o.nodeFilesPeriod, "kubelet-files-period", 10*time.Second, "with --kubelet-config: how often the node's own kubelet files (the --config file, the other drop-ins) are checked for a change, after which the active drop-in is judged against them again and rolled back if it no longer validates (0: never)")
 	fs.IntVar(&o.maxWatchers, "max-watchers", 64, "most concurrent WatchRecords streams")
 	fs.DurationVar(&o.gcInterval, "gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
 	fs.DurationVar(&o.gcMinAge, "gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")

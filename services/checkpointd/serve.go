@@ -61,5 +61,6 @@ func (o *options) Run(p *servekit.Process) error {
 	defer cancel()
 	go ckd.RunGC(ctx, o.gcInterval, o.gcMinAge)
 	go ckd.RunConsumer(ctx)
+	go ckd.RunNodeFilesWatch(ctx, o.nodeFilesPeriod)
 	return srv.Serve(ctx, nodeconfigv1.CheckpointService_ServiceDesc.ServiceName)
 }

@@ -295,7 +295,9 @@ func (n *Node) startKubelet(bin string) error {
 	if err := n.Cluster.ServingCert(servingCert, servingKey, NodeName, []net.IP{net.ParseIP(Gateway), net.ParseIP("127.0.0.1")}); err != nil {
 		return err
 	}
-	n.KubeletConfig = filepath.Join(Root, "kubelet-config.yaml")
+	// In the kubelet's root directory, as kubeadm puts it: the agent
+	// mounts that directory to see the file replaced.
+	n.KubeletConfig = filepath.Join(Root, "kubelet", "config.yaml")
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # cgroups here are v1.
@@ -321,6 +323,9 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 50Mi, nodefs.available: 1%%, imagefs.available: 1%%, nodefs.inodesFree: 1%%}
 `, n.containerd, n.Cluster.CAFile(), PodLogs, filepath.Join(Root, "volume-plugins"), servingCert, servingKey)
+	if err := os.MkdirAll(filepath.Dir(n.KubeletConfig), 0o750); err != nil {
+		return err
+	}
 	if err := os.WriteFile(n.KubeletConfig, []byte(cfg), 0o644); err != nil {
 		return err
 	}

@@ -121,5 +121,11 @@ func (c *Checkpointd) RunConsumer(ctx context.Context) {
 	}
 }
 
+// RunNodeFilesWatch judges the active config again when the node's own
+// kubelet files change (lifecycle.Node.RunNodeFilesWatch), until ctx ends.
+func (c *Checkpointd) RunNodeFilesWatch(ctx context.Context, period time.Duration) {
+	c.node.RunNodeFilesWatch(ctx, period)
+}
+
 // Close closes the store.
 func (c *Checkpointd) Close() error { return c.store.Close() }

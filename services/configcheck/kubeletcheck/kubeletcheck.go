@@ -105,15 +105,11 @@ func (n Node) Effective(ctx context.Context, candidate []byte) (eff *Effective, 
 	if err != nil {
 		return nil, &NodeFilesError{Err: err}
 	}
-	merged, err := merge(base, files, func(path string) ([]byte, error) {
+	merged, err := merge(base, files, n.Own, func(path string) ([]byte, error) {
 		if path == n.Own {
 			return candidate, nil
 		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, &NodeFilesError{Err: err}
-		}
-		return b, nil
+		return os.ReadFile(path)
 	}, codecs)
 	if err != nil {
 		return nil, err
@@ -145,12 +141,14 @@ func (n Node) base(ctx context.Context, k *scheme) (*kubeletconfig.KubeletConfig
 	if err != nil {
 		return nil, &NodeFilesError{Err: fmt.Errorf("read the kubelet's config file: %w", err)}
 	}
+	// A base the kubelet's decoder refuses (half written, mistyped) is the
+	// node's own fault, whatever the candidate.
 	if len(data) == 0 {
-		return nil, fmt.Errorf("kubelet config file %q was empty", n.BaseConfig)
+		return nil, &NodeFilesError{Err: fmt.Errorf("kubelet config file %q was empty", n.BaseConfig)}
 	}
 	kc, err := codec.DecodeKubeletConfiguration(ctx, k.codecs, data)
 	if err != nil {
-		return nil, fmt.Errorf("kubelet config file %s: %w", n.BaseConfig, err)
+		return nil, &NodeFilesError{Err: fmt.Errorf("kubelet config file %s: %w", n.BaseConfig, err)}
 	}
 	root := filepath.Dir(n.BaseConfig)
 	for _, p := range kubeletconfig.KubeletConfigurationPathRefs(kc) {
@@ -229,8 +227,9 @@ func splitPath(p string) []string {
 }
 
 // merge applies each drop-in, decoded by the kubelet's decoder, as a JSON
-// merge patch over the versioned base, then defaults and converts back.
-func merge(base *kubeletconfig.KubeletConfiguration, files []string, read func(string) ([]byte, error), codecs *serializer.CodecFactory) (*kubeletconfig.KubeletConfiguration, error) {
+// merge patch over the versioned base, then defaults and converts back. A
+// drop-in other than own that cannot be read or decoded is a NodeFilesError.
+func merge(base *kubeletconfig.KubeletConfiguration, files []string, own string, read func(string) ([]byte, error), codecs *serializer.CodecFactory) (*kubeletconfig.KubeletConfiguration, error) {
 	versioned := &kubeletv1beta1.KubeletConfiguration{}
 	if err := configv1beta1.Convert_config_KubeletConfiguration_To_v1beta1_KubeletConfiguration(base, versioned, nil); err != nil {
 		return nil, err
@@ -240,22 +239,12 @@ func merge(base *kubeletconfig.KubeletConfiguration, files []string, read func(s
 		return nil, err
 	}
 	for _, path := range files {
-		data, err := read(path)
+		patch, err := decodeDropIn(path, read, codecs)
 		if err != nil {
-			return nil, fmt.Errorf("drop-in %s: %w", path, err)
-		}
-		if len(data) == 0 {
-			return nil, fmt.Errorf("drop-in %s: kubelet config file was empty", path)
-		}
-		patch, gvk, err := codec.DecodeKubeletConfigurationIntoJSON(codecs, data)
-		if err != nil {
-			return nil, fmt.Errorf("drop-in %s: %w", path, err)
-		}
-		if gvk == nil || gvk.Empty() {
-			return nil, fmt.Errorf("drop-in %s: no apiVersion/kind", path)
-		}
-		if *gvk != kubeletv1beta1.SchemeGroupVersion.WithKind("KubeletConfiguration") {
-			return nil, fmt.Errorf("drop-in %s: unknown apiVersion/kind: %v", path, gvk)
+			if path != own {
+				err = &NodeFilesError{Err: err}
+			}
+			return nil, err
 		}
 		if doc, err = jsonpatch.MergePatch(doc, patch); err != nil {
 			return nil, fmt.Errorf("drop-in %s: merge: %w", path, err)
@@ -274,6 +263,29 @@ func merge(base *kubeletconfig.KubeletConfiguration, files []string, read func(s
 		return nil, err
 	}
 	return merged, nil
+}
+
+// decodeDropIn reads one drop-in and decodes it, as the kubelet does, into
+// the JSON merge patch it applies.
+func decodeDropIn(path string, read func(string) ([]byte, error), codecs *serializer.CodecFactory) ([]byte, error) {
+	data, err := read(path)
+	if err != nil {
+		return nil, fmt.Errorf("drop-in %s: %w", path, err)
+	}
+	if len(data) == 0 {
+		return nil, fmt.Errorf("drop-in %s: kubelet config file was empty", path)
+	}
+	patch, gvk, err := codec.DecodeKubeletConfigurationIntoJSON(codecs, data)
+	if err != nil {
+		return nil, fmt.Errorf("drop-in %s: %w", path, err)
+	}
+	if gvk == nil || gvk.Empty() {
+		return nil, fmt.Errorf("drop-in %s: no apiVersion/kind", path)
+	}
+	if *gvk != kubeletv1beta1.SchemeGroupVersion.WithKind("KubeletConfiguration") {
+		return nil, fmt.Errorf("drop-in %s: unknown apiVersion/kind: %v", path, gvk)
+	}
+	return patch, nil
 }
 
 // validate runs what the kubelet runs before it starts anything: its

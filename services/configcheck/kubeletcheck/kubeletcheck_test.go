@@ -2,6 +2,7 @@ package kubeletcheck
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,5 +119,51 @@ func write(t *testing.T, path, data string) {
 	}
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestFingerprintFollowsTheNodesOwnFilesOnly(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "config.yaml")
+	dropIns := filepath.Join(dir, "conf.d")
+	write := func(path, content string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(base, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
+	n := Node{BaseConfig: base, DropInDir: dropIns, Own: filepath.Join(dropIns, "50-nodeconfig.conf")}
+	fingerprint := func() string {
+		t.Helper()
+		fp, err := n.Fingerprint()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fp
+	}
+	first := fingerprint()
+	write(n.Own, "ours")
+	if got := fingerprint(); got != first {
+		t.Fatal("our own drop-in changed the fingerprint")
+	}
+	write(filepath.Join(dropIns, "10-site.conf"), "x")
+	withSite := fingerprint()
+	if withSite == first {
+		t.Fatal("a new site drop-in left the fingerprint as it was")
+	}
+	write(base, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 9\n")
+	if fingerprint() == withSite {
+		t.Fatal("a changed base left the fingerprint as it was")
+	}
+	if err := os.Remove(base); err != nil {
+		t.Fatal(err)
+	}
+	var nodeFiles *NodeFilesError
+	if _, err := n.Fingerprint(); !errors.As(err, &nodeFiles) {
+		t.Fatalf("base gone: %v, want a NodeFilesError", err)
 	}
 }
