@@ -38,8 +38,9 @@ const agentHostFlag = "-agent-host"
 
 // filesPerNode is the most one node's agents hold open with
 // authentication: the bbolt store, the listener, its statusd's connection
-// to the API server, and the reconciler's connection while it has one
-// (measured: about 3 a node, 7,600 for a host of 2,500).
+// to the API server, and the reconciler's connection while it has one.
+// A bound: the reconciler's connections come and go, so most nodes hold
+// fewer.
 const filesPerNode = 4
 
 // agentHost is one child process and the nodes it hosts.

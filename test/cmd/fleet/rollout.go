@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/test/proc"
+)
+
+// The fleet's kubelet config: the ConfigMap the NodeConfig names, and its key.
+const (
+	configMapName = "kubelet"
+	configMapKey  = "config.yaml"
+)
+
+// startReconciler starts the reconciler binary, pointed at the fleet's
+// agents, with its metrics and profiles served on a free address.
+func (r *fleetRun) startReconciler() error {
+	bin, err := proc.Binary("reconciler")
+	if err != nil {
+		return err
+	}
+	addr, err := proc.FreeAddr()
+	if err != nil {
+		return err
+	}
+	if r.metricsAddr, err = proc.FreeAddr(); err != nil {
+		return err
+	}
+	args := append([]string{
+		"--listen", addr, "--metrics-addr", r.metricsAddr, "--profiling", "--kubeconfig", r.c.Kubeconfig, "--leader-elect=false",
+		"--workers", strconv.Itoa(r.o.workers),
+	}, append(reconcilerArgs(r.root, r.n, r.sec), r.o.reconcilerFlags...)...)
+	p, err := proc.Start("reconciler", bin, args, filepath.Join(r.root, "reconciler.log"))
+	if err != nil {
+		return err
+	}
+	r.reconciler = p
+	r.onStop(func() { _ = p.Stop(10 * time.Second) })
+	return nil
+}
+
+// firstRollout creates the fleet's config and its NodeConfig, nothing
+// assigned before, and waits until every selected node is active on it
+// and has promoted it to last-known-good.
+func (r *fleetRun) firstRollout() error {
+	dyn, err := dynamic.NewForConfig(r.adminCfg)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if r.cm, err = r.admin.CoreV1().ConfigMaps(namespace).Create(r.ctx, configMap(1), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if err := createNodeConfig(r.ctx, dyn, r.o.maxInTrial, r.o.soak); err != nil {
+		return err
+	}
+	if r.first, err = r.watch.waitActive(r.ctx, r.cm.ResourceVersion, start, r.wait); err != nil {
+		return err
+	}
+	report("first rollout (nothing assigned before)", r.first)
+	if syncs, err := readSyncs(r.metricsAddr); err == nil {
+		fmt.Printf("    node syncs since the reconciler started: %.0f, %s\n", syncs.nodes, syncs.outcomes())
+	}
+	return r.watch.waitPromoted(r.ctx, r.cm.ResourceVersion, r.wait)
+}
+
+// changeConfig makes the figure's change, a new config on a fleet running
+// its last-known-good, and measures it until every selected node shows it
+// active.
+func (r *fleetRun) changeConfig() error {
+	cpuBefore, err := readCPU(r.pids)
+	if err != nil {
+		return err
+	}
+	if r.syncsBefore, err = readSyncs(r.metricsAddr); err != nil {
+		return err
+	}
+	r.changeStart = time.Now()
+	next := configMap(2)
+	next.ResourceVersion = r.cm.ResourceVersion
+	if r.cm, err = r.admin.CoreV1().ConfigMaps(namespace).Update(r.ctx, next, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	if r.change, err = r.watch.waitActive(r.ctx, r.cm.ResourceVersion, r.changeStart, r.wait); err != nil {
+		return err
+	}
+	r.promotedDuring = r.watch.promotedSoFar()
+	cpuAfter, err := readCPU(r.pids)
+	if err != nil {
+		return err
+	}
+	r.cpu = cpuAfter.minus(cpuBefore)
+	return nil
+}
+
+func configMap(v int) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: configMapName, Namespace: namespace},
+		Data:       map[string]string{configMapKey: fmt.Sprintf("maxPods: %d\nlogging:\n  verbosity: 2\n", 100+v)},
+	}
+}
+
+func createNodeConfig(ctx context.Context, dyn dynamic.Interface, maxInTrial string, soak time.Duration) error {
+	_, err := dyn.Resource(v1alpha1.GroupVersionResource).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "nodeconfig.io/v1alpha1", "kind": "NodeConfig",
+		"metadata": map[string]any{"name": "fleet"},
+		"spec": map[string]any{
+			"nodeSelector": map[string]any{"matchLabels": map[string]any{label: "bench"}},
+			"source":       map[string]any{"configMap": map[string]any{"namespace": namespace, "name": configMapName, "key": configMapKey}},
+			"soakSeconds":  int64(soak.Seconds()),
+			"rollout":      map[string]any{"maxInTrial": maxInTrial},
+		},
+	}}, metav1.CreateOptions{})
+	return err
+}
