@@ -5,12 +5,14 @@ ARG SERVICE
 WORKDIR /src
 COPY . .
 # The reconciler runs the kubelet validator as a child process found next to
-# itself (/nodeconfig-kubelet-check); /out/beside stays empty for the others.
+# itself (/nodeconfig-kubelet-check), checkpointd installs the start guard
+# found next to itself (/nodeconfig-guard); /out/beside stays empty for statusd.
 RUN mkdir -p /out/beside && \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/service nodeconfig.io/services/${SERVICE} && \
-    if [ "${SERVICE}" = reconciler ]; then \
-      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/beside/ nodeconfig.io/services/configcheck/cmd/nodeconfig-kubelet-check; \
-    fi
+    case "${SERVICE}" in \
+      reconciler) CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/beside/ nodeconfig.io/services/configcheck/cmd/nodeconfig-kubelet-check ;; \
+      checkpointd) CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/beside/ nodeconfig.io/services/checkpointd/cmd/nodeconfig-guard ;; \
+    esac
 
 FROM scratch
 COPY --from=build /out/service /service

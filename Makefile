@@ -24,6 +24,8 @@ SERVICES := checkpointd statusd reconciler
 # The kubelet validator the reconciler runs as a child process, installed
 # next to it (in ./bin, and in its image).
 KUBELET_CHECK := nodeconfig.io/services/configcheck/cmd/nodeconfig-kubelet-check
+# The kubelet's host-side start guard, shipped beside checkpointd.
+GUARD := nodeconfig.io/services/checkpointd/cmd/nodeconfig-guard
 PACKAGES := nodeconfig.io/...
 
 # Every test package's integration tests share one API server per package.
@@ -77,17 +79,18 @@ generate: $(TOOLS) ## regenerate the Go code of proto/, and the CRD in deploy/cr
 	controller-gen object paths=./services/api/v1alpha1
 
 build: ## build the three services, the reconciler's kubelet validator and the kubectl plugin (kubectl-nodeconfig) into ./bin
-	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES) kubectl-nodeconfig) $(KUBELET_CHECK)
+	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES) kubectl-nodeconfig) $(KUBELET_CHECK) $(GUARD)
 
 $(BIN)/ocibuild: tools/go.mod tools/go.sum tools/cmd/ocibuild/main.go
 	GOWORK=off go -C tools build -o $(BIN)/ocibuild ./cmd/ocibuild
 
 images: $(BIN)/ocibuild ## OCI image tarballs of the services in ./bin/images (docker load -i ...)
 	@mkdir -p $(BIN)/linux-amd64 $(BIN)/images
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/ $(addprefix nodeconfig.io/services/,$(SERVICES)) $(KUBELET_CHECK)
-	@# The reconciler finds its kubelet validator next to itself: /nodeconfig-kubelet-check.
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/ $(addprefix nodeconfig.io/services/,$(SERVICES)) $(KUBELET_CHECK) $(GUARD)
+	@# The reconciler finds its kubelet validator next to itself (/nodeconfig-kubelet-check),
+	@# checkpointd the start guard it installs on the host (/nodeconfig-guard).
 	@for s in $(SERVICES); do \
-		case $$s in reconciler) add="--add $(BIN)/linux-amd64/$(notdir $(KUBELET_CHECK))";; *) add="";; esac; \
+		case $$s in reconciler) add="--add $(BIN)/linux-amd64/$(notdir $(KUBELET_CHECK))";; checkpointd) add="--add $(BIN)/linux-amd64/$(notdir $(GUARD))";; *) add="";; esac; \
 		$(BIN)/ocibuild --binary $(BIN)/linux-amd64/$$s $$add --tag $(IMAGE_REPO)/$$s:$(IMAGE_TAG) --out $(BIN)/images/$$s.tar && \
 		echo "$(BIN)/images/$$s.tar  $(IMAGE_REPO)/$$s:$(IMAGE_TAG)"; \
 	done

@@ -18,9 +18,6 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "guard" {
-		guardMain(os.Args[2:])
-	}
 	servekit.Command{
 		Name: "checkpointd", Listen: "127.0.0.1:7601", MetricsAddr: "127.0.0.1:9601",
 		Usage: "Stores config checkpoints and the assigned/active/lastKnownGood/error records of one node.",
@@ -40,6 +37,7 @@ type options struct {
 	guardUnitDir, guardHostStateDir string
 	guardHostRuntimeEndpoint        string
 	guardHostTargetDir              string
+	guardBinaryPath                 string
 	nodeFilesPeriod                 time.Duration
 	consumer                        consumerFlags
 }
@@ -55,7 +53,8 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.gcInterval, "gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
 	fs.DurationVar(&o.gcMinAge, "gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")
 	fs.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "kubeconfig for TokenReview with --auth=token; empty means in-cluster config")
-	fs.StringVar(&o.guardUnitDir, "guard-unit-dir", "", "the kubelet unit's drop-in directory as mounted (/etc/systemd/system/kubelet.service.d): the agent installs its binary under --state-dir/bin and a drop-in there that runs it before each kubelet start, so that a kubelet that cannot start on a config gets last-known-good back with no pod running (empty: not installed)")
+	fs.StringVar(&o.guardUnitDir, "guard-unit-dir", "", "the kubelet unit's drop-in directory as mounted (/etc/systemd/system/kubelet.service.d): the agent installs the guard (--guard-binary) under --state-dir/bin and a drop-in there that runs it before each kubelet start, so that a kubelet that cannot start on a config gets last-known-good back with no pod running (empty: not installed)")
+	fs.StringVar(&o.guardBinaryPath, "guard-binary", "", "the start guard's binary to install (empty: nodeconfig-guard beside this executable)")
 	fs.StringVar(&o.guardHostRuntimeEndpoint, "guard-host-runtime-endpoint", "", "the container runtime's socket as the host sees it, for the start guard, which counts no kubelet start while it is down (empty: --consumer-runtime-endpoint)")
 	fs.StringVar(&o.guardHostTargetDir, "guard-host-target-dir", "", "--target-dir as the host sees it, where the mount puts it elsewhere: the start guard writes there (empty: --target-dir)")
 	fs.StringVar(&o.guardHostStateDir, "guard-host-state-dir", "", "--state-dir as the host sees it, where the mount puts it elsewhere: the drop-in names host paths (empty: --state-dir)")
@@ -72,6 +71,23 @@ func (o *options) guardDir(gated bool) string {
 	return filepath.Join(o.stateDir, "guard")
 }
 
+// guardBinaryName is the start guard's binary, beside checkpointd's in its
+// image and in ./bin.
+const guardBinaryName = "nodeconfig-guard"
+
+// guardBinary is the guard binary to install: --guard-binary, else the one
+// beside this executable.
+func (o *options) guardBinary() (string, error) {
+	if o.guardBinaryPath != "" {
+		return o.guardBinaryPath, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(self), guardBinaryName), nil
+}
+
 // installGuard puts the start guard on the host where the flags ask and the
 // node gates on its kubelet. A failure is logged, not fatal: the agent's
 // own gate still judges the kubelet while it runs.
@@ -79,17 +95,17 @@ func (o *options) installGuard(log *slog.Logger, gated bool) {
 	if !gated || o.guardUnitDir == "" {
 		return
 	}
-	self, err := os.Executable()
+	src, err := o.guardBinary()
 	if err != nil {
-		log.Error("cannot install the kubelet's start guard: no path to this binary", "err", err)
+		log.Error("cannot install the kubelet's start guard: no path to its binary", "err", err)
 		return
 	}
 	host := o.guardHostStateDir
 	if host == "" {
 		host = o.stateDir
 	}
-	bin := filepath.Join("bin", "checkpointd")
-	changed, err := guard.Install(self, filepath.Join(o.stateDir, bin), filepath.Join(host, bin), filepath.Join(host, "guard"), o.guardUnitDir)
+	bin := filepath.Join("bin", guardBinaryName)
+	changed, err := guard.Install(src, filepath.Join(o.stateDir, bin), filepath.Join(host, bin), filepath.Join(host, "guard"), o.guardUnitDir)
 	if err != nil {
 		log.Error("cannot install the kubelet's start guard", "err", err)
 		return

@@ -94,8 +94,8 @@ func (t Trial) threshold() int {
 	return t.Threshold
 }
 
-// restored names what the guard puts back.
-func (t Trial) restored() string {
+// Restored names what the guard puts back.
+func (t Trial) Restored() string {
 	switch {
 	case t.LastKnownGood == nil:
 		return "the local default"
@@ -106,9 +106,9 @@ func (t Trial) restored() string {
 	}
 }
 
-// validate refuses a trial the guard could not act on safely: it writes
+// Validate refuses a trial the guard could not act on safely: it writes
 // Target as root.
-func (t Trial) validate() error {
+func (t Trial) Validate() error {
 	switch {
 	case t.Identity.UID == "":
 		return errors.New("trial has no uid")
@@ -151,7 +151,6 @@ type Fallback struct {
 	Target    string `json:"target"`
 	// Restored describes what the guard put back.
 	Restored string `json:"restored"`
-	Reason   string `json:"reason"`
 	Message  string `json:"message"`
 }
 
@@ -165,7 +164,7 @@ func readTrial(dir string) (*Trial, error) {
 	if f.Version != formatVersion {
 		return nil, fmt.Errorf("%s has format version %d, want %d", TrialFile, f.Version, formatVersion)
 	}
-	if err := f.Trial.validate(); err != nil {
+	if err := f.Trial.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", TrialFile, err)
 	}
 	return &f.Trial, nil

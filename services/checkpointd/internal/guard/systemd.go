@@ -7,7 +7,7 @@ import "strings"
 const DropInName = "05-nodeconfig-guard.conf"
 
 // SystemdDropIn is a drop-in for kubelet.service that runs the guard (the
-// checkpointd binary at guardPath) before every kubelet start, Restart=
+// nodeconfig-guard binary at guardPath) before every kubelet start, Restart=
 // restarts and boots alike. The leading '-' makes systemd ignore the guard's
 // exit status, so even a guard that cannot run at all (a missing binary, a
 // noexec mount) never keeps the kubelet from starting; the guard exits 0
@@ -17,7 +17,7 @@ func SystemdDropIn(guardPath, dir string) string {
 	return "# Written by nodeconfig: before each kubelet start, put last-known-good\n" +
 		"# back over a config on trial that keeps the kubelet from starting.\n" +
 		"[Service]\n" +
-		"ExecStartPre=-" + systemdQuote(guardPath) + " guard --dir " + systemdQuote(dir) + "\n"
+		"ExecStartPre=-" + systemdQuote(guardPath) + " --dir " + systemdQuote(dir) + "\n"
 }
 
 // systemdQuote makes s one word of a systemd command line, taken literally:

@@ -53,7 +53,7 @@ func (w Writer) Sync(t *Trial) error {
 // before the trial file names it, so a crash in between forgives nothing
 // the trial did.
 func (w Writer) SetTrial(t Trial) error {
-	if err := t.validate(); err != nil {
+	if err := t.Validate(); err != nil {
 		return err
 	}
 	if t.RuntimeEndpoint == "" {

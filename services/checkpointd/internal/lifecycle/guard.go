@@ -26,7 +26,7 @@ func (n *Node) guardActivatingLocked(recs *nodeconfigv1.Records) error {
 	if n.guard == nil {
 		return nil
 	}
-	t, err := guard.Activating(recs, n.guard.Target(n.target.Path()), n.lkgPayload)
+	t, err := activatingTrial(recs, n.guard.Target(n.target.Path()), n.lkgPayload)
 	if err != nil {
 		return err
 	}
@@ -43,7 +43,7 @@ func (n *Node) syncGuardLocked() {
 	recs, err := n.store.Records()
 	if err == nil {
 		var t *guard.Trial
-		if t, err = guard.Desired(recs, n.guard.Target(n.target.Path()), n.lkgPayload); err == nil {
+		if t, err = desiredTrial(recs, n.guard.Target(n.target.Path()), n.lkgPayload); err == nil {
 			err = n.guard.Sync(t)
 		}
 	}
@@ -78,7 +78,7 @@ func (n *Node) guardFallbackLocked() {
 		n.log.Error("cannot read the records for the start guard's fallback", "err", err)
 		return
 	}
-	if active := recs.GetActive().GetSource(); active != nil && guard.IdentityOf(active) == fb.Identity && !proto.Equal(active, recs.GetLastKnownGood().GetSource()) {
+	if active := recs.GetActive().GetSource(); active != nil && trialIdentity(active) == fb.Identity && !proto.Equal(active, recs.GetLastKnownGood().GetSource()) {
 		if _, err := n.rollBackLocked(nodeconfigv1.ReasonStartGuardFellBack, fb.Message, active); err != nil {
 			n.log.Error("cannot record the start guard's fallback", "err", err)
 			return
@@ -101,7 +101,7 @@ func (n *Node) guardHealthyLocked(src *nodeconfigv1.ConfigSource) bool {
 	if err != nil || !proto.Equal(recs.GetActive().GetSource(), src) || proto.Equal(recs.GetLastKnownGood().GetSource(), src) {
 		return true
 	}
-	err = n.guard.MarkHealthy(guard.IdentityOf(src))
+	err = n.guard.MarkHealthy(trialIdentity(src))
 	if errors.Is(err, guard.ErrFellBack) {
 		n.guardFallbackLocked()
 		return false

@@ -1,3 +1,7 @@
+// Command nodeconfig-guard is the kubelet's host-side start guard
+// (internal/guard): systemd runs it before every kubelet start, with no
+// pod and no agent, so it is a binary of its own, a fraction of the
+// agent's size.
 package main
 
 import (
@@ -13,14 +17,12 @@ import (
 // on a sick disk exits and lets the kubelet start instead.
 const guardDeadline = 10 * time.Second
 
-// guardMain runs `checkpointd guard [--dir DIR]`, the host-side start guard
-// of the kubelet (internal/guard), and exits 0 whatever happens: it never
-// returns, and never starts the service.
-func guardMain(args []string) {
+// main runs `nodeconfig-guard [--dir DIR]` and exits 0 whatever happens.
+func main() {
 	time.AfterFunc(guardDeadline, func() {
 		fmt.Fprintf(os.Stderr, "nodeconfig-guard: still running after %s, exiting so that the kubelet starts\n", guardDeadline)
 		os.Exit(0)
 	})
-	guard.Main(args, os.Stderr)
+	guard.Main(os.Args[1:], os.Stderr)
 	os.Exit(0)
 }

@@ -1,31 +1,32 @@
-package guard
+package lifecycle
 
 import (
 	"fmt"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/guard"
 )
 
-// PayloadFunc reads a stored config's payload as the drop-in holds it. The
+// payloadFunc reads a stored config's payload as the drop-in holds it. The
 // agent's own policy for a last-known-good that does not load goes here:
 // returning nil, nil makes the trial fall back to the local default, as a
 // rollback does.
-type PayloadFunc func(src *nodeconfigv1.ConfigSource) ([]byte, error)
+type payloadFunc func(src *nodeconfigv1.ConfigSource) ([]byte, error)
 
-// IdentityOf names src's trial.
-func IdentityOf(src *nodeconfigv1.ConfigSource) Identity {
-	return Identity{
+// trialIdentity names src's trial.
+func trialIdentity(src *nodeconfigv1.ConfigSource) guard.Identity {
+	return guard.Identity{
 		Namespace: src.GetNamespace(), Name: src.GetName(), UID: src.GetUid(),
 		ResourceVersion: src.GetResourceVersion(), Key: src.GetKey(),
 	}
 }
 
-// Desired is the trial the records stand for, nil for none: the active
+// desiredTrial is the trial the records stand for, nil for none: the active
 // config while it is not last-known-good. That is records.Soaking() in every
 // settled state, and also covers the moments it does not (an activation
 // whose write failed, an assignment kept off by its late mark): whatever is
 // active and unproven is what the kubelet may fail to start on.
-func Desired(r *nodeconfigv1.Records, target string, lkg PayloadFunc) (*Trial, error) {
+func desiredTrial(r *nodeconfigv1.Records, target string, lkg payloadFunc) (*guard.Trial, error) {
 	active := r.GetActive().GetSource()
 	if active == nil || nodeconfigv1.SameSource(active, r.GetLastKnownGood().GetSource()) {
 		return nil, nil
@@ -33,11 +34,11 @@ func Desired(r *nodeconfigv1.Records, target string, lkg PayloadFunc) (*Trial, e
 	return trialOf(active, r, target, lkg)
 }
 
-// Activating is the trial that activating the assigned config starts, nil
+// activatingTrial is the trial that activating the assigned config starts, nil
 // for none: the agent sets it before the drop-in holds the config, so that
 // no kubelet start on it is unguarded, even one a crash of the agent lets
 // happen before the records say it is active.
-func Activating(r *nodeconfigv1.Records, target string, lkg PayloadFunc) (*Trial, error) {
+func activatingTrial(r *nodeconfigv1.Records, target string, lkg payloadFunc) (*guard.Trial, error) {
 	a := r.GetAssigned()
 	src := a.GetSource()
 	if src == nil || nodeconfigv1.SameSource(src, r.GetLastKnownGood().GetSource()) || r.FailedLate(src, a.GetValidator()) != nil {
@@ -46,8 +47,8 @@ func Activating(r *nodeconfigv1.Records, target string, lkg PayloadFunc) (*Trial
 	return trialOf(src, r, target, lkg)
 }
 
-func trialOf(src *nodeconfigv1.ConfigSource, r *nodeconfigv1.Records, target string, lkg PayloadFunc) (*Trial, error) {
-	t := &Trial{Identity: IdentityOf(src), Target: target, Threshold: DefaultThreshold}
+func trialOf(src *nodeconfigv1.ConfigSource, r *nodeconfigv1.Records, target string, lkg payloadFunc) (*guard.Trial, error) {
+	t := &guard.Trial{Identity: trialIdentity(src), Target: target, Threshold: guard.DefaultThreshold}
 	if good := r.GetLastKnownGood().GetSource(); good != nil {
 		payload, err := lkg(good)
 		if err != nil {
@@ -58,7 +59,7 @@ func trialOf(src *nodeconfigv1.ConfigSource, r *nodeconfigv1.Records, target str
 			t.LastKnownGoodName = good.Describe()
 		}
 	}
-	if err := t.validate(); err != nil {
+	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	return t, nil

@@ -1,4 +1,4 @@
-package guard
+package lifecycle
 
 import (
 	"bytes"
@@ -6,9 +6,11 @@ import (
 	"testing"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/guard"
 )
 
-func TestDesiredAndActivating(t *testing.T) {
+func TestDesiredAndActivatingTrials(t *testing.T) {
+	good := []byte("kind: KubeletConfiguration\nmaxPods: 50\n")
 	const target = "/etc/kubernetes/kubelet.conf.d/50-nodeconfig.conf"
 	x := &nodeconfigv1.ConfigSource{Namespace: "kube-system", Name: "kubelet", Uid: "x", ResourceVersion: "2", Key: "kubelet"}
 	y := &nodeconfigv1.ConfigSource{Namespace: "kube-system", Name: "kubelet", Uid: "y", ResourceVersion: "9", Key: "kubelet"}
@@ -48,9 +50,9 @@ func TestDesiredAndActivating(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, fn := range []struct {
 				name string
-				f    func(*nodeconfigv1.Records, string, PayloadFunc) (*Trial, error)
+				f    func(*nodeconfigv1.Records, string, payloadFunc) (*guard.Trial, error)
 				want string
-			}{{"Desired", Desired, tc.desired}, {"Activating", Activating, tc.activating}} {
+			}{{"desiredTrial", desiredTrial, tc.desired}, {"activatingTrial", activatingTrial, tc.activating}} {
 				tr, err := fn.f(tc.r, target, read)
 				if err != nil {
 					t.Fatalf("%s: %v", fn.name, err)
@@ -61,7 +63,7 @@ func TestDesiredAndActivating(t *testing.T) {
 					}
 					continue
 				}
-				if tr == nil || tr.Identity.UID != fn.want || tr.Target != target || tr.Threshold != DefaultThreshold || !bytes.Equal(tr.LastKnownGood, tc.lkg) || (tr.LastKnownGood == nil) != (tc.lkg == nil) {
+				if tr == nil || tr.Identity.UID != fn.want || tr.Target != target || tr.Threshold != guard.DefaultThreshold || !bytes.Equal(tr.LastKnownGood, tc.lkg) || (tr.LastKnownGood == nil) != (tc.lkg == nil) {
 					t.Fatalf("%s: trial %+v, want %s with last-known-good %q", fn.name, tr, fn.want, tc.lkg)
 				}
 			}
@@ -71,15 +73,15 @@ func TestDesiredAndActivating(t *testing.T) {
 	// A last-known-good that does not load is the caller's to decide.
 	payloads = map[string][]byte{}
 	r := &nodeconfigv1.Records{Assigned: assigned(x), Active: active(x), LastKnownGood: active(y)}
-	if _, err := Desired(r, target, read); err == nil {
+	if _, err := desiredTrial(r, target, read); err == nil {
 		t.Fatal("no error for a last-known-good that does not load")
 	}
-	tr, err := Desired(r, target, func(*nodeconfigv1.ConfigSource) ([]byte, error) { return nil, nil })
-	if err != nil || tr == nil || tr.LastKnownGood != nil || tr.restored() != "the local default" {
+	tr, err := desiredTrial(r, target, func(*nodeconfigv1.ConfigSource) ([]byte, error) { return nil, nil })
+	if err != nil || tr == nil || tr.LastKnownGood != nil || tr.Restored() != "the local default" {
 		t.Fatalf("trial %+v, %v; want the local default as its way back", tr, err)
 	}
 	// A relative target is refused: the guard writes it as root.
-	if _, err := Desired(r, "50-nodeconfig.conf", read); err == nil {
+	if _, err := desiredTrial(r, "50-nodeconfig.conf", read); err == nil {
 		t.Fatal("a relative target is accepted")
 	}
 }
