@@ -436,7 +436,7 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 		t.Fatalf("the start guard did not put last-known-good back: %v", err)
 	}
 	log, err := os.ReadFile(filepath.Join(node.Logs, "exec-start-pre.log"))
-	if err != nil || !strings.Contains(string(log), "StartGuardFellBack") {
+	if err != nil || !strings.Contains(string(log), "the agent records it as the trial's late error") {
 		t.Fatalf("guard log %q (%v); want its fallback line", log, err)
 	}
 	if node.Kubelet.Starts() < guardThreshold+1 {
