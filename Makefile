@@ -17,7 +17,13 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(KUBE_MINOR) \
 	-X k8s.io/component-base/version.gitTreeState=clean
 
-TOOLS    := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/controller-gen
+# The tools of tools/go.mod, then the typed client's generators: those of
+# the k8s.io/code-generator that matches the services' client-go, pinned in
+# a module of their own (tools/codegen/go.mod), as controller-tools in
+# tools/go.mod needs a newer one.
+GOTOOLS  := $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/grpcurl $(BIN)/controller-gen
+CODEGEN  := $(BIN)/client-gen $(BIN)/lister-gen $(BIN)/informer-gen
+TOOLS    := $(GOTOOLS) $(CODEGEN)
 TESTBIN  := $(BIN)/kube-apiserver $(BIN)/etcd
 NODEBIN  := $(BIN)/kubelet $(BIN)/kube-controller-manager $(BIN)/kube-scheduler $(BIN)/kubectl
 SERVICES := checkpointd statusd reconciler
@@ -47,11 +53,15 @@ PAUSE_IMAGE := nodeconfig.local/pause:test
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-tools: $(TOOLS) ## build buf, protoc plugins, grpcurl and controller-gen into ./bin
+tools: $(TOOLS) ## build buf, protoc plugins, grpcurl, controller-gen and the typed client's generators into ./bin
 
-$(TOOLS) &: tools/go.mod tools/go.sum
+$(GOTOOLS) &: tools/go.mod tools/go.sum
 	GOWORK=off go -C tools build -o $(BIN)/ tool
-	@touch $(TOOLS)
+	@touch $(GOTOOLS)
+
+$(CODEGEN) &: tools/codegen/go.mod tools/codegen/go.sum
+	GOWORK=off go -C tools/codegen build -o $(BIN)/ tool
+	@touch $(CODEGEN)
 
 testbin: $(TESTBIN) ## build kube-apiserver and etcd into ./bin (about 5 minutes cold)
 
@@ -73,10 +83,11 @@ $(NODEBIN) &: hack/testbin/go.mod hack/testbin/go.sum
 node-packages: ## containerd, runc, the CNI plugins and iptables from Debian, when missing (needs root)
 	@hack/node-packages.sh
 
-generate: $(TOOLS) ## regenerate the Go code of proto/, and the CRD in deploy/crd and the deep copies of services/api/v1alpha1 (from its types)
+generate: $(TOOLS) ## regenerate the Go code of proto/, and from the types of services/api/v1alpha1 the CRD in deploy/crd, their deep copies and the typed client in services/api/client
 	buf generate
 	hack/gen-crd.sh deploy/crd
 	controller-gen object paths=./services/api/v1alpha1
+	hack/gen-client.sh services/api/client
 
 build: ## build the three services, the reconciler's kubelet validator and the kubectl plugin (kubectl-nodeconfig) into ./bin
 	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES) kubectl-nodeconfig) $(KUBELET_CHECK) $(GUARD)
@@ -97,7 +108,7 @@ images: $(BIN)/ocibuild ## OCI image tarballs of the services in ./bin/images (d
 	@CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/pause nodeconfig.io/test/cmd/pause
 	@$(BIN)/ocibuild --binary $(BIN)/linux-amd64/pause --tag $(PAUSE_IMAGE) --user 65535:65535 --out $(BIN)/images/pause.tar
 
-lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code and CRD
+lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code (proto, deep copies, typed client) and CRD
 	@out=$$(gofmt -l proto services test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet $(PACKAGES)
 	buf lint

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Fails when the committed Go code of proto/ differs from what buf generates,
-# or the CRD in deploy/crd or the deep copies in services/api/v1alpha1 from
-# what controller-gen generates from the Go types there (hack/gen-crd.sh).
+# the CRD in deploy/crd or the deep copies in services/api/v1alpha1 from
+# what controller-gen generates from the Go types there (hack/gen-crd.sh), or
+# the typed client in services/api/client from what client-gen, lister-gen
+# and informer-gen generate from them (hack/gen-client.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -23,5 +25,11 @@ controller-gen object paths=./services/api/v1alpha1 output:object:stdout >"$tmp/
 if ! diff -q "$tmp/deepcopy.go" "$deepcopy" >/dev/null; then
   echo "$deepcopy is stale: run 'make generate' and commit the result"
   diff -u "$deepcopy" "$tmp/deepcopy.go" || true
+  exit 1
+fi
+hack/gen-client.sh "$tmp/client"
+if ! diff -r "$tmp/client" services/api/client >/dev/null; then
+  echo "services/api/client is stale: run 'make generate' and commit the result"
+  diff -r -u services/api/client "$tmp/client" || true
   exit 1
 fi

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	nodeconfigclient "nodeconfig.io/services/api/client/clientset"
 	"nodeconfig.io/services/reconciler/server"
 	"nodeconfig.io/services/servekit"
 )
@@ -25,7 +25,7 @@ func (o *options) Run(p *servekit.Process) error {
 	}
 	so := o.server
 	so.Kube, so.Log = kube, p.Log
-	if so.Dynamic, err = dynamic.NewForConfig(restCfg); err != nil {
+	if so.NodeConfigClient, err = nodeconfigclient.NewForConfig(restCfg); err != nil {
 		return err
 	}
 	if so.Metadata, err = metadata.NewForConfig(restCfg); err != nil {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"sort"
 	"strconv"
 	"testing"
@@ -107,8 +106,7 @@ func BenchmarkAssignmentLatency(b *testing.B) {
 				if !isNode {
 					continue
 				}
-				var st corev1.NodeConfigStatus
-				if json.Unmarshal([]byte(n.Annotations[v1alpha1.NodeAnnotationConfigStatus]), &st) == nil && rv(st.Active) == next.ResourceVersion {
+				if st, err := v1alpha1.DecodeNodeConfigStatus(n.Annotations[v1alpha1.NodeAnnotationConfigStatus]); err == nil && rv(st.Active) == next.ResourceVersion {
 					done = true
 				}
 			case <-time.After(30 * time.Second):

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -80,7 +79,8 @@ func TestStatusdProjectsRecordsOntoNode(t *testing.T) {
 	waitReason(t, n.Name, "Soaking")
 	var st corev1.NodeConfigStatus
 	err := proc.WaitFor(10*time.Second, func() (bool, error) {
-		err := json.Unmarshal([]byte(annotation(t, n.Name)), &st)
+		var err error
+		st, err = v1alpha1.DecodeNodeConfigStatus(annotation(t, n.Name))
 		return err == nil && st.Active != nil && st.Active.ConfigMap.ResourceVersion == "7" && st.Assigned.ConfigMap.KubeletConfigKey == "config.yaml", err
 	})
 	if err != nil {
@@ -175,7 +175,8 @@ func TestStatusdCatchesUpAfterAPIServerRestart(t *testing.T) {
 	waitReason(t, n.Name, "RolledBack")
 	var st corev1.NodeConfigStatus
 	err := proc.WaitFor(10*time.Second, func() (bool, error) {
-		err := json.Unmarshal([]byte(annotation(t, n.Name)), &st)
+		var err error
+		st, err = v1alpha1.DecodeNodeConfigStatus(annotation(t, n.Name))
 		return err == nil && st.Assigned != nil && st.Assigned.ConfigMap.ResourceVersion == "2" && st.Error != "", err
 	})
 	if err != nil {

@@ -4,7 +4,6 @@ package nodeview
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,12 +13,6 @@ import (
 	"nodeconfig.io/services/api/v1alpha1"
 )
 
-// The names statusd writes on each Node.
-const (
-	Annotation    = v1alpha1.NodeAnnotationConfigStatus
-	ConditionType = v1alpha1.NodeConditionConfigReady
-)
-
 // Read returns the node's NodeConfigStatus annotation and its NodeConfigReady
 // condition; an error while either is missing.
 func Read(ctx context.Context, client kubernetes.Interface, node string) (corev1.NodeConfigStatus, *corev1.NodeCondition, error) {
@@ -27,20 +20,19 @@ func Read(ctx context.Context, client kubernetes.Interface, node string) (corev1
 	if err != nil {
 		return corev1.NodeConfigStatus{}, nil, err
 	}
-	var st corev1.NodeConfigStatus
-	raw, ok := n.Annotations[Annotation]
+	st, ok, err := v1alpha1.NodeConfigStatusOf(n.Annotations)
 	if !ok {
 		return st, nil, fmt.Errorf("node %s has no config-status annotation yet", node)
 	}
-	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+	if err != nil {
 		return st, nil, err
 	}
 	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == ConditionType {
+		if n.Status.Conditions[i].Type == v1alpha1.NodeConditionConfigReady {
 			return st, &n.Status.Conditions[i], nil
 		}
 	}
-	return st, nil, fmt.Errorf("node %s has no %s condition yet", node, ConditionType)
+	return st, nil, fmt.Errorf("node %s has no %s condition yet", node, v1alpha1.NodeConditionConfigReady)
 }
 
 // ResourceVersion is the ConfigMap version a source pins, "" for none.

@@ -2,22 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
-)
-
-// GroupVersionResource of NodeConfig.
-var GroupVersionResource = schema.GroupVersionResource{Group: "nodeconfig.io", Version: "v1alpha1", Resource: "nodeconfigs"}
-
-// What each node says of itself, on its Node object (written by its agent's
-// statusd): the NodeConfigStatus as JSON, and one condition.
-const (
-	// NodeAnnotationConfigStatus holds the node's NodeConfigStatus (the shape
-	// of core/v1 NodeConfigStatus: assigned, active, lastKnownGood, error).
-	NodeAnnotationConfigStatus = "nodeconfig.io/config-status"
-	// NodeConditionConfigReady is the node's condition type.
-	NodeConditionConfigReady = "NodeConfigReady"
 )
 
 // DefaultSoakSeconds is the soak of a NodeConfig that sets none: long enough
@@ -25,69 +10,13 @@ const (
 // The CRD's default marker on spec.soakSeconds repeats it (a test checks).
 const DefaultSoakSeconds = 600
 
-// Annotations users set on a NodeConfig.
-const (
-	// AnnotationReconcileInterval is the mean periodic reconcile interval in
-	// seconds (jittered 0.5x-1.5x); 0 stops periodic reconciles once a node is
-	// up to date.
-	AnnotationReconcileInterval = "nodeconfig.io/reconcile-interval-in-seconds"
-	// AnnotationDeletionPolicy "abandon" leaves nodes on their config when the
-	// NodeConfig is deleted; otherwise they are reset to local defaults.
-	AnnotationDeletionPolicy = "nodeconfig.io/deletion-policy"
-	DeletionPolicyAbandon    = "abandon"
-	// AnnotationResetNow "true" is the emergency exit: the nodes a
-	// NodeConfig lets go (deleted, or its source removed) reset at once,
-	// past maxInTrial, a pause and the windows, instead of one trial at a
-	// time.
-	AnnotationResetNow = "nodeconfig.io/reset-now"
-	// AnnotationAbandoned marks a Node whose NodeConfig was deleted with the
-	// abandon policy: it keeps its config until another NodeConfig selects it.
-	AnnotationAbandoned = "nodeconfig.io/abandoned-by"
-	// Finalizer lets the reconciler reset or abandon the nodes before a
-	// NodeConfig disappears.
-	Finalizer = "nodeconfig.io/nodes"
-)
-
-// Condition types and reasons on a NodeConfig.
-const (
-	ConditionReady       = "Ready"
-	ConditionProgressing = "Progressing"
-	ConditionDegraded    = "Degraded"
-
-	ReasonRolloutHalted    = "RolloutHalted"
-	ReasonSelectorConflict = "SelectorConflict"
-	// ReasonInvalidSelector: spec.nodeSelector does not parse; no node is
-	// changed until it is fixed.
-	ReasonInvalidSelector = "InvalidSelector"
-	// ReasonInvalidReconcileInterval: the reconcile-interval annotation is
-	// not a whole number of seconds >= 0; the default is used meanwhile.
-	ReasonInvalidReconcileInterval = "InvalidReconcileInterval"
-	// ReasonConfigRefused: the current payload fails the NodeConfig's
-	// validator in the reconciler; it is assigned to no node.
-	ReasonConfigRefused = "ConfigRefused"
-	// ReasonValidationUnavailable: the NodeConfig's validator could not
-	// run in the reconciler (its binary missing, crashed or too slow); the
-	// current payload is assigned to no node until it runs, retried with
-	// backoff.
-	ReasonValidationUnavailable = "ValidationUnavailable"
-	// ReasonPaused: spec.rollout.paused holds new trials.
-	ReasonPaused = "Paused"
-	// ReasonOutsideWindow: no maintenance window is open; the status says
-	// when the next one opens.
-	ReasonOutsideWindow = "OutsideMaintenanceWindow"
-	// ReasonInvalidWindow: a maintenance window does not parse; no trial
-	// starts until it is fixed.
-	ReasonInvalidWindow = "InvalidMaintenanceWindow"
-	// ReasonNodesFailing: nodes fail with early errors (unreachable
-	// agents, a missing ConfigMap); they retry with backoff.
-	ReasonNodesFailing = "NodesFailing"
-)
-
 // NodeConfig assigns a config file from a ConfigMap to the nodes its selector
 // matches. Each node checkpoints it, activates it, soaks it, and promotes it
 // to last-known-good; a config that fails to load or validate rolls the node
 // back.
 //
+// +genclient
+// +genclient:nonNamespaced
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=nc,categories=nodeconfig
 // +kubebuilder:subresource:status
@@ -108,6 +37,16 @@ type NodeConfig struct {
 	Spec NodeConfigSpec `json:"spec"`
 	// What the reconciler observed of the selected nodes.
 	Status NodeConfigStatus `json:"status,omitempty"`
+}
+
+// NodeConfigList is a list of NodeConfigs.
+//
+// +kubebuilder:object:root=true
+type NodeConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []NodeConfig `json:"items"`
 }
 
 // NodeConfigSpec is what the user wants.
@@ -272,18 +211,4 @@ type RolledBackVersion struct {
 	Validator string `json:"validator"`
 	// Names of the nodes that rolled back from this version.
 	Nodes []string `json:"nodes"`
-}
-
-// FromUnstructured converts an object from the dynamic client.
-func FromUnstructured(obj map[string]any) (*NodeConfig, error) {
-	nc := &NodeConfig{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, nc); err != nil {
-		return nil, err
-	}
-	return nc, nil
-}
-
-// ToUnstructured converts for the dynamic client.
-func ToUnstructured(nc *NodeConfig) (map[string]any, error) {
-	return runtime.DefaultUnstructuredConverter.ToUnstructured(nc)
 }

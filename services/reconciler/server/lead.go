@@ -7,16 +7,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/metadata/metadatalister"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	nodeconfiginformers "nodeconfig.io/services/api/client/informers"
+	nodeconfiglisters "nodeconfig.io/services/api/client/listers/api/v1alpha1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/configcheck/kubeletexec"
 	"nodeconfig.io/services/reconciler/internal/agents"
@@ -41,12 +45,8 @@ func (r *Reconciler) lead(ctx context.Context) {
 		r.o.Log.Error("Node informer", "err", err)
 		return
 	}
-	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(r.o.Dynamic, 0)
-	ncs, ncLister, err := controller.NodeConfigInformer(dynFactory)
-	if err != nil {
-		r.o.Log.Error("NodeConfig informer", "err", err)
-		return
-	}
+	ncFactory := nodeconfiginformers.NewSharedInformerFactory(r.o.NodeConfigClient, 0)
+	ncs, ncLister := controller.NodeConfigInformer(ncFactory)
 	// Only the ConfigMaps NodeConfigs name are watched (cmwatch); the
 	// controller's handler is set once it exists.
 	var cmH cache.ResourceEventHandler
@@ -72,7 +72,7 @@ func (r *Reconciler) lead(ctx context.Context) {
 	defer stopRecording()
 
 	c := controller.New(controller.Options{
-		Kube: r.o.Kube, Dynamic: r.o.Dynamic,
+		Kube: r.o.Kube, NodeConfigClient: r.o.NodeConfigClient,
 		Nodes:      metadatalister.New(nodes.Informer().GetIndexer(), nodesResource),
 		ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, ConfigMapListed: cms.Listed, NodeConfigs: ncLister, Synced: synced,
 		Agents: agentPool, Recorder: recorder, NormalNodeEvents: r.o.NodeEvents == "all", NodeValidationOnly: r.o.NodeValidationOnly,
@@ -100,9 +100,9 @@ func (r *Reconciler) lead(ctx context.Context) {
 		defer renewing.Wait()
 		defer stopRenewing()
 	}
-	dynFactory.Start(ctx.Done())
+	ncFactory.Start(ctx.Done())
 	defer nodesRunning.Wait()
-	defer dynFactory.Shutdown()
+	defer ncFactory.Shutdown()
 	r.current.Store(c)
 	defer r.current.Store(nil)
 	if err := c.Run(ctx, r.o.Workers); err != nil {
@@ -125,7 +125,7 @@ func (r *Reconciler) agentPodFactory() informers.SharedInformerFactory {
 
 // watchReferencedConfigMaps keeps cms watching the ConfigMaps the
 // NodeConfigs name: every NodeConfig change re-derives the set.
-func watchReferencedConfigMaps(ctx context.Context, ncs cache.SharedIndexInformer, lister cache.GenericLister, cms *cmwatch.Watcher) {
+func watchReferencedConfigMaps(ctx context.Context, ncs cache.SharedIndexInformer, lister nodeconfiglisters.NodeConfigLister, cms *cmwatch.Watcher) {
 	watchReferenced := func() { cms.Sync(ctx, controller.ReferencedConfigMaps(lister)) }
 	_, _ = ncs.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { watchReferenced() },
@@ -144,5 +144,16 @@ func watchReferencedConfigMaps(ctx context.Context, ncs cache.SharedIndexInforme
 func eventRecorder(ctx context.Context, kube kubernetes.Interface) (recorder record.EventRecorder, stop func()) {
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
-	return broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodeconfig-reconciler"}), broadcaster.Shutdown
+	return broadcaster.NewRecorder(eventScheme, corev1.EventSource{Component: "nodeconfig-reconciler"}), broadcaster.Shutdown
 }
+
+// eventScheme is what the event recorder builds the references of the
+// objects Events are recorded on from: client-go's types and NodeConfig's
+// (a NodeConfig's Events name it by the Kind and version registered here,
+// whatever its TypeMeta says).
+var eventScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}()

@@ -14,12 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/leaderelection"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	nodeconfigclient "nodeconfig.io/services/api/client/clientset"
 	"nodeconfig.io/services/configcheck/kubeletexec"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/controller"
@@ -33,8 +33,9 @@ const maxTokenNodes = 1 << 15
 
 // Options configure a reconciler.
 type Options struct {
-	Kube    kubernetes.Interface
-	Dynamic dynamic.Interface
+	Kube kubernetes.Interface
+	// NodeConfigClient lists, watches and writes the NodeConfigs.
+	NodeConfigClient nodeconfigclient.Interface
 	// Metadata lists and watches the Nodes, of which the reconciler reads
 	// only metadata.
 	Metadata metadata.Interface

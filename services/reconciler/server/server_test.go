@@ -15,12 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 
-	"nodeconfig.io/services/api/v1alpha1"
+	nodeconfigfake "nodeconfig.io/services/api/client/clientset/fake"
 )
 
 // options are a reconciler's over fake clients; nodes are the Nodes the
@@ -43,14 +41,14 @@ func options(t *testing.T, kube *kubefake.Clientset, nodes ...string) Options {
 		nodeMetas = append(nodeMetas, &metav1.PartialObjectMetadata{TypeMeta: nodeTypeMeta, ObjectMeta: metav1.ObjectMeta{Name: n}})
 	}
 	return Options{
-		KubeletCheck: kubeletCheck,
-		Kube:         kube,
-		Dynamic:      dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "NodeConfigList"}),
-		Metadata:     metadatafake.NewSimpleMetadataClient(metaScheme, nodeMetas...),
-		Log:          slog.New(slog.DiscardHandler),
-		Agents:       Agents{SocketTemplate: filepath.Join(t.TempDir(), "{node}.sock")},
-		NodeEvents:   "warnings",
-		Workers:      1,
+		KubeletCheck:     kubeletCheck,
+		Kube:             kube,
+		NodeConfigClient: nodeconfigfake.NewSimpleClientset(),
+		Metadata:         metadatafake.NewSimpleMetadataClient(metaScheme, nodeMetas...),
+		Log:              slog.New(slog.DiscardHandler),
+		Agents:           Agents{SocketTemplate: filepath.Join(t.TempDir(), "{node}.sock")},
+		NodeEvents:       "warnings",
+		Workers:          1,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/statusd/internal/grpcapi"
 	"nodeconfig.io/services/statusd/internal/nodesync"
 	"nodeconfig.io/services/statusd/internal/recordwatch"
@@ -55,7 +56,7 @@ func New(o Options) (*Statusd, error) {
 	chain := func() []setters.Named {
 		list := []setters.Named{
 			{Name: "ConfigStatus", Builtin: true, Set: setters.ConfigStatus(s.follower.Records)},
-			{Name: setters.ConditionNodeConfig, Builtin: true, Set: setters.NodeConfigReady(s.follower.Records)},
+			{Name: v1alpha1.NodeConditionConfigReady, Builtin: true, Set: setters.NodeConfigReady(s.follower.Records)},
 		}
 		for _, name := range store.Names() {
 			list = append(list, setters.Named{Name: name, Set: setters.Reported(func() ([]metav1.Condition, []string) { return store.Conditions(name) })})

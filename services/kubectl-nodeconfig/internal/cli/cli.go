@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/kube"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/reconciler"
@@ -133,8 +134,8 @@ func grpcText(err error) string {
 }
 
 // getNodeConfigs returns the named NodeConfig, or all of them.
-func getNodeConfigs(ctx context.Context, c *kube.Clients, name string) ([]nodeconfigs.NodeConfig, error) {
-	client := nodeconfigs.Client{Dynamic: c.Dynamic}
+func getNodeConfigs(ctx context.Context, c *kube.Clients, name string) ([]v1alpha1.NodeConfig, error) {
+	client := nodeconfigs.Client{NodeConfigs: c.NodeConfigs}
 	if name == "" {
 		return client.List(ctx)
 	}
@@ -142,7 +143,7 @@ func getNodeConfigs(ctx context.Context, c *kube.Clients, name string) ([]nodeco
 	if err != nil {
 		return nil, fmt.Errorf("NodeConfig %s: %w", name, err)
 	}
-	return []nodeconfigs.NodeConfig{*nc}, nil
+	return []v1alpha1.NodeConfig{*nc}, nil
 }
 
 func warn(w io.Writer, format string, args ...any) {

@@ -258,7 +258,7 @@ their soak and promote; nothing is undone.`
 			if err != nil {
 				return err
 			}
-			nc, err := nodeconfigs.Client{Dynamic: c.Dynamic}.SetPaused(ctx, args[0], pause)
+			nc, err := nodeconfigs.Client{NodeConfigs: c.NodeConfigs}.SetPaused(ctx, args[0], pause)
 			if err != nil {
 				return fmt.Errorf("NodeConfig %s: %w", args[0], err)
 			}

@@ -6,10 +6,11 @@ package kube
 import (
 	"fmt"
 
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	nodeconfigclient "nodeconfig.io/services/api/client/clientset"
 )
 
 // Flags are the kubeconfig flags.
@@ -20,9 +21,10 @@ type Flags struct {
 
 // Clients are what the commands use.
 type Clients struct {
-	Config  *rest.Config
-	Kube    kubernetes.Interface
-	Dynamic dynamic.Interface
+	Config *rest.Config
+	Kube   kubernetes.Interface
+	// NodeConfigs is the NodeConfig API's typed client.
+	NodeConfigs nodeconfigclient.Interface
 }
 
 // Connect loads the config and builds the clients; nothing is sent yet.
@@ -39,9 +41,9 @@ func (f Flags) Connect() (*Clients, error) {
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	ncs, err := nodeconfigclient.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Clients{Config: cfg, Kube: kube, Dynamic: dyn}, nil
+	return &Clients{Config: cfg, Kube: kube, NodeConfigs: ncs}, nil
 }

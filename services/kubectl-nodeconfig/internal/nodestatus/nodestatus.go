@@ -4,19 +4,13 @@
 package nodestatus
 
 import (
-	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
-)
-
-// The names statusd writes on each Node.
-const (
-	Annotation    = v1alpha1.NodeAnnotationConfigStatus
-	ConditionType = v1alpha1.NodeConditionConfigReady
 )
 
 // Node is one Node's own account of its config.
@@ -40,17 +34,16 @@ type Node struct {
 func Read(n *corev1.Node) Node {
 	out := Node{Name: n.Name}
 	for i := range n.Status.Conditions {
-		if n.Status.Conditions[i].Type == ConditionType {
+		if n.Status.Conditions[i].Type == v1alpha1.NodeConditionConfigReady {
 			out.Condition = report.FromNode(&n.Status.Conditions[i])
 		}
 	}
-	raw, ok := n.Annotations[Annotation]
+	st, ok, err := v1alpha1.NodeConfigStatusOf(n.Annotations)
 	if !ok {
 		return out
 	}
-	var st corev1.NodeConfigStatus
-	if err := json.Unmarshal([]byte(raw), &st); err != nil {
-		out.Unreadable = fmt.Sprintf("annotation %s does not read: %v", Annotation, err)
+	if err != nil {
+		out.Unreadable = fmt.Sprintf("annotation %s does not read: %v", v1alpha1.NodeAnnotationConfigStatus, err)
 		return out
 	}
 	out.Reported = true
@@ -63,18 +56,18 @@ func Read(n *corev1.Node) Node {
 
 // Meanings of the NodeConfigReady reasons (the README's table).
 var meanings = map[string]string{
-	"LocalDefault":           "nothing is assigned; the node uses its local default",
-	"Soaking":                "the assigned config is active and on trial",
-	"Active":                 "the assigned config is active and last-known-good",
-	"RolledBack":             "the assigned config failed to load or validate; last-known-good is active",
-	"ConsumerUnhealthy":      "the kubelet did not come back healthy on the assigned config, or turned unhealthy during its soak; last-known-good is active",
-	"DownloadFailed":         "the node could not download the assigned config; it retries with backoff and nothing rolled back",
-	"CheckpointFailed":       "the node could not checkpoint the assigned config; it retries with backoff and nothing rolled back",
-	"WriteFailed":            "the node could not write the config file (a read-only or full disk); it retries with backoff and nothing rolled back",
-	"Activating":             "the config is assigned and about to be activated",
-	"Restarting":             "the config is active and the agent is restarting the kubelet onto it; the soak has not begun",
-	"WaitingForHealth":       "the config is active and the agent waits for the kubelet's healthz; the soak has not begun",
-	"CheckpointdUnavailable": "statusd cannot reach checkpointd, so the node's records are not known",
+	v1alpha1.NodeReasonLocalDefault:           "nothing is assigned; the node uses its local default",
+	v1alpha1.NodeReasonSoaking:                "the assigned config is active and on trial",
+	v1alpha1.NodeReasonActive:                 "the assigned config is active and last-known-good",
+	v1alpha1.NodeReasonRolledBack:             "the assigned config failed to load or validate; last-known-good is active",
+	nodeconfigv1.ReasonConsumerUnhealthy:      "the kubelet did not come back healthy on the assigned config, or turned unhealthy during its soak; last-known-good is active",
+	v1alpha1.NodeReasonDownloadFailed:         "the node could not download the assigned config; it retries with backoff and nothing rolled back",
+	v1alpha1.NodeReasonCheckpointFailed:       "the node could not checkpoint the assigned config; it retries with backoff and nothing rolled back",
+	nodeconfigv1.ReasonWriteFailed:            "the node could not write the config file (a read-only or full disk); it retries with backoff and nothing rolled back",
+	v1alpha1.NodeReasonActivating:             "the config is assigned and about to be activated",
+	v1alpha1.NodeReasonRestarting:             "the config is active and the agent is restarting the kubelet onto it; the soak has not begun",
+	v1alpha1.NodeReasonWaitingForHealth:       "the config is active and the agent waits for the kubelet's healthz; the soak has not begun",
+	v1alpha1.NodeReasonCheckpointdUnavailable: "statusd cannot reach checkpointd, so the node's records are not known",
 }
 
 // Meaning explains a NodeConfigReady reason, "" for one it does not know.

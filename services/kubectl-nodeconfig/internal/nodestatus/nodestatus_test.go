@@ -6,17 +6,19 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 func TestReadAnnotationAndCondition(t *testing.T) {
 	n := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-0", Annotations: map[string]string{Annotation: `{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-0", Annotations: map[string]string{v1alpha1.NodeAnnotationConfigStatus: `{
 			"assigned": {"configMap": {"namespace": "ns", "name": "cm", "uid": "u2", "resourceVersion": "20", "kubeletConfigKey": "k"}},
 			"active": {"configMap": {"namespace": "ns", "name": "cm", "uid": "u1", "resourceVersion": "10", "kubeletConfigKey": "k"}},
 			"error": "failed to validate: unknown field maxPodz"}`}},
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 			{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
-			{Type: ConditionType, Status: corev1.ConditionFalse, Reason: "RolledBack", Message: "late error"},
+			{Type: v1alpha1.NodeConditionConfigReady, Status: corev1.ConditionFalse, Reason: "RolledBack", Message: "late error"},
 		}},
 	}
 	got := Read(n)
@@ -36,8 +38,8 @@ func TestReadBeforeStatusdReports(t *testing.T) {
 	if got.Reported || got.Condition != nil || got.Unreadable != "" {
 		t.Fatalf("a node with nothing reported: %+v", got)
 	}
-	got = Read(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bad", Annotations: map[string]string{Annotation: "{"}}})
-	if got.Reported || !strings.Contains(got.Unreadable, Annotation) {
+	got = Read(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "bad", Annotations: map[string]string{v1alpha1.NodeAnnotationConfigStatus: "{"}}})
+	if got.Reported || !strings.Contains(got.Unreadable, v1alpha1.NodeAnnotationConfigStatus) {
 		t.Fatalf("an unreadable annotation: %+v", got)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodestatus"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
@@ -21,7 +22,7 @@ import (
 
 // Input is what status reads.
 type Input struct {
-	NodeConfigs []nodeconfigs.NodeConfig
+	NodeConfigs []v1alpha1.NodeConfig
 	Nodes       []corev1.Node
 	Reconciler  report.Reconciler
 	// States are the reconciler's ListNodes by node name; nil when it was
@@ -39,14 +40,14 @@ type Report struct {
 type NodeConfig struct {
 	Name string `json:"name"`
 	// Source is null for the nodes' local default.
-	Source      *nodeconfigs.ConfigMapSource `json:"source"`
-	Paused      bool                         `json:"paused"`
-	Ready       *report.Condition            `json:"ready"`
-	Progressing *report.Condition            `json:"progressing"`
-	Degraded    *report.Condition            `json:"degraded"`
-	NextWindow  *time.Time                   `json:"nextWindow,omitempty"`
-	Counts      Counts                       `json:"counts"`
-	Nodes       []Node                       `json:"nodes"`
+	Source      *v1alpha1.ConfigMapSource `json:"source"`
+	Paused      bool                      `json:"paused"`
+	Ready       *report.Condition         `json:"ready"`
+	Progressing *report.Condition         `json:"progressing"`
+	Degraded    *report.Condition         `json:"degraded"`
+	NextWindow  *time.Time                `json:"nextWindow,omitempty"`
+	Counts      Counts                    `json:"counts"`
+	Nodes       []Node                    `json:"nodes"`
 }
 
 // Counts are the NodeConfig's status counts.
@@ -94,9 +95,9 @@ func Build(in Input) Report {
 			Name:        nc.Name,
 			Source:      nodeconfigs.ConfigMapOf(nc),
 			Paused:      nc.Spec.Rollout.Paused,
-			Ready:       report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionReady)),
-			Progressing: report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionProgressing)),
-			Degraded:    report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionDegraded)),
+			Ready:       report.FromMeta(nodeconfigs.Condition(nc, v1alpha1.ConditionReady)),
+			Progressing: report.FromMeta(nodeconfigs.Condition(nc, v1alpha1.ConditionProgressing)),
+			Degraded:    report.FromMeta(nodeconfigs.Condition(nc, v1alpha1.ConditionDegraded)),
 			Counts: Counts{Selected: nc.Status.Selected, Active: nc.Status.Active, Soaking: nc.Status.Soaking,
 				Waiting: nc.Status.Waiting, RolledBack: nc.Status.RolledBack, Failing: nc.Status.Failing},
 			Nodes: []Node{},
@@ -153,7 +154,7 @@ func Text(w io.Writer, r Report, now time.Time) error {
 		if nc.Degraded != nil && nc.Degraded.Status == "True" {
 			ew.printf("  Degraded: %s\n", nc.Degraded.Message)
 		}
-		if nc.Progressing != nil && (nc.Progressing.Reason == nodeconfigs.ReasonPaused || nc.Progressing.Reason == nodeconfigs.ReasonOutsideWindow) {
+		if nc.Progressing != nil && (nc.Progressing.Reason == v1alpha1.ReasonPaused || nc.Progressing.Reason == v1alpha1.ReasonOutsideWindow) {
 			ew.printf("  Progressing: %s\n", nc.Progressing.Message)
 		}
 		if nc.NextWindow != nil {
@@ -182,7 +183,7 @@ func Text(w io.Writer, r Report, now time.Time) error {
 	return ew.err
 }
 
-func sourceText(s *nodeconfigs.ConfigMapSource) string {
+func sourceText(s *v1alpha1.ConfigMapSource) string {
 	if s == nil {
 		return "the nodes' local default"
 	}

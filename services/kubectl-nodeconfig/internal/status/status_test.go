@@ -15,7 +15,6 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
 )
 
@@ -25,15 +24,15 @@ func cond(t, s, reason, msg string) metav1.Condition {
 	return metav1.Condition{Type: t, Status: metav1.ConditionStatus(s), Reason: reason, Message: msg, LastTransitionTime: metav1.NewTime(now.Add(-time.Minute))}
 }
 
-func nodeConfig(name, pool string, paused bool, conds ...metav1.Condition) nodeconfigs.NodeConfig {
-	nc := nodeconfigs.NodeConfig{
+func nodeConfig(name, pool string, paused bool, conds ...metav1.Condition) v1alpha1.NodeConfig {
+	nc := v1alpha1.NodeConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: nodeconfigs.Spec{
+		Spec: v1alpha1.NodeConfigSpec{
 			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": pool}},
-			Source:       &nodeconfigs.Source{ConfigMap: &nodeconfigs.ConfigMapSource{Namespace: "kube-system", Name: "kubelet-" + pool, Key: "config.yaml"}},
-			Rollout:      nodeconfigs.Rollout{Paused: paused},
+			Source:       &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: "kube-system", Name: "kubelet-" + pool, Key: "config.yaml"}},
+			Rollout:      v1alpha1.Rollout{Paused: paused},
 		},
-		Status: nodeconfigs.Status{Conditions: conds, Selected: 2, Active: 1, Soaking: 1},
+		Status: v1alpha1.NodeConfigStatus{Conditions: conds, Selected: 2, Active: 1, Soaking: 1},
 	}
 	return nc
 }
@@ -58,7 +57,7 @@ func src(cm, rv string) string {
 
 func fixture() Input {
 	return Input{
-		NodeConfigs: []nodeconfigs.NodeConfig{
+		NodeConfigs: []v1alpha1.NodeConfig{
 			nodeConfig("demo", "a", false,
 				cond("Ready", "False", "RollingOut", "1 soaking"), cond("Progressing", "True", "RollingOut", "1 soaking"), cond("Degraded", "False", "AsExpected", "fine")),
 			nodeConfig("other", "b", true,

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodestatus"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
@@ -25,7 +26,7 @@ const MaxWarnings = 10
 // Input is what why reads.
 type Input struct {
 	Node        *corev1.Node
-	NodeConfigs []nodeconfigs.NodeConfig
+	NodeConfigs []v1alpha1.NodeConfig
 	Reconciler  report.Reconciler
 	// State is the reconciler's GetNode; nil when it was not reachable or
 	// did not answer, which StateError then says.
@@ -74,13 +75,13 @@ type ReconcilerNode struct {
 
 // NodeConfig is the selecting NodeConfig's side.
 type NodeConfig struct {
-	Name               string                          `json:"name"`
-	Paused             bool                            `json:"paused"`
-	Ready              *report.Condition               `json:"ready"`
-	Progressing        *report.Condition               `json:"progressing"`
-	Degraded           *report.Condition               `json:"degraded"`
-	NextWindow         *time.Time                      `json:"nextWindow,omitempty"`
-	RolledBackVersions []nodeconfigs.RolledBackVersion `json:"rolledBackVersions,omitempty"`
+	Name               string                       `json:"name"`
+	Paused             bool                         `json:"paused"`
+	Ready              *report.Condition            `json:"ready"`
+	Progressing        *report.Condition            `json:"progressing"`
+	Degraded           *report.Condition            `json:"degraded"`
+	NextWindow         *time.Time                   `json:"nextWindow,omitempty"`
+	RolledBackVersions []v1alpha1.RolledBackVersion `json:"rolledBackVersions,omitempty"`
 }
 
 // Event is one Warning event about the node.
@@ -102,7 +103,7 @@ func Explain(in Input) Explanation {
 	}
 	say := func(format string, args ...any) { e.Sentences = append(e.Sentences, fmt.Sprintf(format, args...)) }
 
-	var selecting []*nodeconfigs.NodeConfig
+	var selecting []*v1alpha1.NodeConfig
 	for i := range in.NodeConfigs {
 		if nodeconfigs.Selects(&in.NodeConfigs[i], n.Labels) {
 			selecting = append(selecting, &in.NodeConfigs[i])
@@ -126,9 +127,9 @@ func Explain(in Input) Explanation {
 
 	// The node's own account.
 	if c := ns.Condition; c == nil {
-		say("It has no %s condition: statusd has not reported on it yet (is the agent running on the node?).", nodestatus.ConditionType)
+		say("It has no %s condition: statusd has not reported on it yet (is the agent running on the node?).", v1alpha1.NodeConditionConfigReady)
 	} else {
-		s := fmt.Sprintf("Its %s condition is %s with reason %s", nodestatus.ConditionType, c.Status, c.Reason)
+		s := fmt.Sprintf("Its %s condition is %s with reason %s", v1alpha1.NodeConditionConfigReady, c.Status, c.Reason)
 		if c.Since != nil {
 			s += " since " + report.When(*c.Since, in.Now)
 		}
@@ -144,7 +145,7 @@ func Explain(in Input) Explanation {
 	case ns.Unreadable != "":
 		say("Its %s.", ns.Unreadable)
 	case !ns.Reported:
-		say("It has no %s annotation yet.", nodestatus.Annotation)
+		say("It has no %s annotation yet.", v1alpha1.NodeAnnotationConfigStatus)
 	default:
 		say("%s", versions(ns.Assigned, ns.Active, ns.LastKnownGood))
 	}
@@ -200,7 +201,7 @@ func Explain(in Input) Explanation {
 	return e
 }
 
-func wants(nc *nodeconfigs.NodeConfig) string {
+func wants(nc *v1alpha1.NodeConfig) string {
 	cm := nodeconfigs.ConfigMapOf(nc)
 	if cm == nil {
 		return "the nodes' local default"
@@ -213,7 +214,7 @@ func wants(nc *nodeconfigs.NodeConfig) string {
 }
 
 // rollout explains what the NodeConfig's conditions say about the node.
-func rollout(nc *nodeconfigs.NodeConfig, node string, st *nodeconfigv1.NodeState, now time.Time) []string {
+func rollout(nc *v1alpha1.NodeConfig, node string, st *nodeconfigv1.NodeState, now time.Time) []string {
 	var out []string
 	say := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	state := nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED
@@ -227,9 +228,9 @@ func rollout(nc *nodeconfigs.NodeConfig, node string, st *nodeconfigv1.NodeState
 		}
 		return s
 	}
-	ready := nodeconfigs.Condition(nc, nodeconfigs.ConditionReady)
-	prog := nodeconfigs.Condition(nc, nodeconfigs.ConditionProgressing)
-	deg := nodeconfigs.Condition(nc, nodeconfigs.ConditionDegraded)
+	ready := nodeconfigs.Condition(nc, v1alpha1.ConditionReady)
+	prog := nodeconfigs.Condition(nc, v1alpha1.ConditionProgressing)
+	deg := nodeconfigs.Condition(nc, v1alpha1.ConditionDegraded)
 	if ready == nil && prog == nil && deg == nil {
 		say("NodeConfig %s has no status yet: the reconciler has not synced it.", nc.Name)
 		return out
@@ -241,19 +242,19 @@ func rollout(nc *nodeconfigs.NodeConfig, node string, st *nodeconfigv1.NodeState
 	}
 	if prog != nil {
 		switch prog.Reason {
-		case nodeconfigs.ReasonPaused:
+		case v1alpha1.ReasonPaused:
 			if !nc.Spec.Rollout.Paused {
 				say("NodeConfig %s is resumed, but its status still says Paused: the reconciler has not observed the change yet.", nc.Name)
 			}
-		case nodeconfigs.ReasonOutsideWindow:
+		case v1alpha1.ReasonOutsideWindow:
 			s := fmt.Sprintf("No maintenance window of NodeConfig %s is open: no trial starts and no drift repair restarts the kubelet", nc.Name)
 			if nc.Status.NextWindow != nil {
 				s += "; the next window opens at " + report.When(nc.Status.NextWindow.Time, now)
 			}
 			say("%s.", because(s))
-		case nodeconfigs.ReasonInvalidWindow:
+		case v1alpha1.ReasonInvalidWindow:
 			say("A maintenance window of NodeConfig %s does not parse: %s; no trial starts until it is fixed.", nc.Name, trim(prog.Message))
-		case "RollingOut":
+		case v1alpha1.ReasonRollingOut:
 			if waiting && !nc.Spec.Rollout.Paused {
 				say("It waits for a place in the rollout of NodeConfig %s (maxInTrial): %s.", nc.Name, trim(prog.Message))
 			} else {
@@ -263,15 +264,15 @@ func rollout(nc *nodeconfigs.NodeConfig, node string, st *nodeconfigv1.NodeState
 	}
 	if deg != nil && deg.Status == "True" {
 		switch deg.Reason {
-		case nodeconfigs.ReasonRolloutHalted:
+		case v1alpha1.ReasonRolloutHalted:
 			s := fmt.Sprintf("The rollout of NodeConfig %s is halted: %s", nc.Name, trim(deg.Message))
 			if state == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED {
 				s += "; this node stays on its config until then"
 			}
 			say("%s.", s)
-		case nodeconfigs.ReasonConfigRefused:
+		case v1alpha1.ReasonConfigRefused:
 			say("The reconciler refuses the current config of NodeConfig %s before any node gets it: %s. This node keeps its config until the ConfigMap is fixed.", nc.Name, trim(deg.Message))
-		case nodeconfigs.ReasonValidationUnavailable:
+		case v1alpha1.ReasonValidationUnavailable:
 			say("The reconciler cannot run the validator of NodeConfig %s, so its current config waits and no node gets it: %s. This node keeps its config; the reconciler tries again by itself.", nc.Name, trim(deg.Message))
 		default:
 			say("NodeConfig %s is Degraded (%s): %s.", nc.Name, deg.Reason, trim(deg.Message))
@@ -290,12 +291,12 @@ func rollout(nc *nodeconfigs.NodeConfig, node string, st *nodeconfigv1.NodeState
 	return out
 }
 
-func nodeConfig(nc *nodeconfigs.NodeConfig) *NodeConfig {
+func nodeConfig(nc *v1alpha1.NodeConfig) *NodeConfig {
 	out := &NodeConfig{
 		Name: nc.Name, Paused: nc.Spec.Rollout.Paused,
-		Ready:              report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionReady)),
-		Progressing:        report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionProgressing)),
-		Degraded:           report.FromMeta(nodeconfigs.Condition(nc, nodeconfigs.ConditionDegraded)),
+		Ready:              report.FromMeta(nodeconfigs.Condition(nc, v1alpha1.ConditionReady)),
+		Progressing:        report.FromMeta(nodeconfigs.Condition(nc, v1alpha1.ConditionProgressing)),
+		Degraded:           report.FromMeta(nodeconfigs.Condition(nc, v1alpha1.ConditionDegraded)),
 		RolledBackVersions: nc.Status.RolledBackVersions,
 	}
 	if nc.Status.NextWindow != nil {

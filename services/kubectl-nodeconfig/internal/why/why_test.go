@@ -17,7 +17,6 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
 )
 
@@ -32,15 +31,15 @@ func cond(t, s, reason, msg string) metav1.Condition {
 	return metav1.Condition{Type: t, Status: metav1.ConditionStatus(s), Reason: reason, Message: msg}
 }
 
-func demo(conds ...metav1.Condition) nodeconfigs.NodeConfig {
-	return nodeconfigs.NodeConfig{
+func demo(conds ...metav1.Condition) v1alpha1.NodeConfig {
+	return v1alpha1.NodeConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "demo"},
-		Spec: nodeconfigs.Spec{
+		Spec: v1alpha1.NodeConfigSpec{
 			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
-			Source:       &nodeconfigs.Source{ConfigMap: &nodeconfigs.ConfigMapSource{Namespace: "ns", Name: "cm", Key: "config.yaml"}},
+			Source:       &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: "ns", Name: "cm", Key: "config.yaml"}},
 			Validator:    "kubelet",
 		},
-		Status: nodeconfigs.Status{Conditions: conds},
+		Status: v1alpha1.NodeConfigStatus{Conditions: conds},
 	}
 }
 
@@ -90,7 +89,7 @@ func TestActiveNode(t *testing.T) {
 	st := state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE)
 	st.NextReconcileTime = timestamppb.New(now.Add(9 * time.Minute))
 	e := Explain(Input{Node: testNode(`{"assigned": `+v10+`, "active": `+v10+`, "lastKnownGood": `+v10+`}`, "Active", "True"),
-		NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), State: st, Now: now})
+		NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), State: st, Now: now})
 	mustContain(t, e,
 		"node-0 is selected by NodeConfig demo (nodeSelector pool=a), which wants ConfigMap ns/cm key config.yaml (validator kubelet).",
 		"Its NodeConfigReady condition is True with reason Active since 11:58:00 (2m0s ago): the assigned config is active and last-known-good.",
@@ -112,7 +111,7 @@ func TestPausedExplainsTheWait(t *testing.T) {
 		cond("Degraded", "False", "AsExpected", "no node rolled back or failing"))
 	nc.Spec.Rollout.Paused = true
 	e := Explain(Input{Node: testNode(`{"assigned": `+v10+`, "active": `+v10+`, "lastKnownGood": `+v10+`}`, "Active", "True"),
-		NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING), Now: now})
+		NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING), Now: now})
 	mustContain(t, e,
 		"The reconciler sees it as WAITING (selected, but the rollout's pacing holds it back).",
 		"NodeConfig demo is paused (spec.rollout.paused): no new trial starts, and nodes soaking finish their soak and promote; that is why this node waits. `kubectl nodeconfig resume demo` resumes it.")
@@ -124,7 +123,7 @@ func TestPausedExplainsTheWait(t *testing.T) {
 	st := state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING)
 	st.SoakEndsTime = timestamppb.New(now.Add(25 * time.Second))
 	e = Explain(Input{Node: testNode(`{"assigned": `+v12+`, "active": `+v12+`, "lastKnownGood": `+v10+`}`, "Soaking", "True"),
-		NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), State: st, Now: now})
+		NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), State: st, Now: now})
 	mustContain(t, e, "nodes soaking finish their soak and promote. `kubectl nodeconfig resume demo`",
 		"Its trial ends at 12:00:25 (in 25s); its config then becomes last-known-good.",
 		"Of ConfigMap ns/cm key config.yaml, it has resourceVersion 12 assigned, 12 active and 10 as last-known-good.")
@@ -132,14 +131,14 @@ func TestPausedExplainsTheWait(t *testing.T) {
 
 	// Versions of two ConfigMaps, and the local default, are each named.
 	other := `{"configMap": {"namespace": "ns", "name": "old", "uid": "u0", "resourceVersion": "3", "kubeletConfigKey": "config.yaml"}}`
-	e = Explain(Input{Node: testNode(`{"assigned": `+v12+`, "active": `+other+`}`, "Activating", "Unknown"), NodeConfigs: []nodeconfigs.NodeConfig{nc}, Now: now})
+	e = Explain(Input{Node: testNode(`{"assigned": `+v12+`, "active": `+other+`}`, "Activating", "Unknown"), NodeConfigs: []v1alpha1.NodeConfig{nc}, Now: now})
 	mustContain(t, e, "It has ConfigMap ns/cm key config.yaml at resourceVersion 12 assigned, ConfigMap ns/old key config.yaml at resourceVersion 3 active and the local default as last-known-good.")
-	e = Explain(Input{Node: testNode(`{"assigned": `+v12+`}`, "Activating", "Unknown"), NodeConfigs: []nodeconfigs.NodeConfig{nc}, Now: now})
+	e = Explain(Input{Node: testNode(`{"assigned": `+v12+`}`, "Activating", "Unknown"), NodeConfigs: []v1alpha1.NodeConfig{nc}, Now: now})
 	mustContain(t, e, "Of ConfigMap ns/cm key config.yaml, it has resourceVersion 12 assigned, the local default active and the local default as last-known-good.")
 
 	// Resumed but not yet observed.
 	nc.Spec.Rollout.Paused = false
-	e = Explain(Input{Node: testNode("", "", ""), NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING), Now: now})
+	e = Explain(Input{Node: testNode("", "", ""), NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING), Now: now})
 	mustContain(t, e, "NodeConfig demo is resumed, but its status still says Paused")
 }
 
@@ -149,7 +148,7 @@ func TestOutsideMaintenanceWindowSaysWhenTheNextOpens(t *testing.T) {
 		cond("Degraded", "False", "AsExpected", ""))
 	next := metav1.NewTime(now.Add(10 * time.Hour))
 	nc.Status.NextWindow = &next
-	e := Explain(Input{Node: testNode(`{}`, "LocalDefault", "True"), NodeConfigs: []nodeconfigs.NodeConfig{nc},
+	e := Explain(Input{Node: testNode(`{}`, "LocalDefault", "True"), NodeConfigs: []v1alpha1.NodeConfig{nc},
 		Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING), Now: now})
 	mustContain(t, e, "No maintenance window of NodeConfig demo is open: no trial starts and no drift repair restarts the kubelet; the next window opens at 22:00:00 (in 10h0m0s); that is why this node waits.",
 		"It has the local default assigned, active and last-known-good.")
@@ -158,16 +157,16 @@ func TestOutsideMaintenanceWindowSaysWhenTheNextOpens(t *testing.T) {
 	}
 
 	nc = demo(cond("Progressing", "False", "InvalidMaintenanceWindow", "window 0: start \"25:00\" is not HH:MM"))
-	e = Explain(Input{Node: testNode("", "", ""), NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), Now: now})
+	e = Explain(Input{Node: testNode("", "", ""), NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), Now: now})
 	mustContain(t, e, `A maintenance window of NodeConfig demo does not parse: window 0: start "25:00" is not HH:MM; no trial starts until it is fixed.`)
 }
 
 func TestHaltedNamesTheVersionAndTheNodes(t *testing.T) {
 	msg := "2 node(s) rolled back from resourceVersion 12 of ConfigMap ns/cm key config.yaml with validator kubelet (maxFailures 2): its rollout is halted until the ConfigMap, the key or the validator changes"
 	nc := demo(cond("Ready", "False", "RollingOut", "x"), cond("Progressing", "False", "RollingOut", "x"), cond("Degraded", "True", "RolloutHalted", msg))
-	nc.Status.RolledBackVersions = []nodeconfigs.RolledBackVersion{{UID: "u", ResourceVersion: "12", Key: "config.yaml", Validator: "kubelet", Nodes: []string{"node-0", "node-3"}}}
+	nc.Status.RolledBackVersions = []v1alpha1.RolledBackVersion{{UID: "u", ResourceVersion: "12", Key: "config.yaml", Validator: "kubelet", Nodes: []string{"node-0", "node-3"}}}
 	e := Explain(Input{Node: testNode(`{"assigned": `+v12+`, "active": `+v10+`, "lastKnownGood": `+v10+`, "error": "failed to validate: strict decoding error"}`, "RolledBack", "False"),
-		NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK), Now: now})
+		NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK), Now: now})
 	mustContain(t, e,
 		"Its NodeConfigReady condition is False with reason RolledBack since",
 		"Its error: failed to validate: strict decoding error.",
@@ -176,7 +175,7 @@ func TestHaltedNamesTheVersionAndTheNodes(t *testing.T) {
 	mustNotContain(t, e, "this node stays on its config")
 
 	e = Explain(Input{Node: testNode(`{"assigned": `+v10+`, "active": `+v10+`, "lastKnownGood": `+v10+`}`, "Active", "True"),
-		NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED), Now: now})
+		NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED), Now: now})
 	mustContain(t, e, "(its NodeConfig's rollout is halted by maxFailures)", "; this node stays on its config until then.")
 	if got := e.NodeConfig.RolledBackVersions; len(got) != 1 || got[0].ResourceVersion != "12" {
 		t.Errorf("rolledBackVersions = %+v", got)
@@ -187,7 +186,7 @@ func TestConfigRefused(t *testing.T) {
 	msg := "resourceVersion 14 of ConfigMap ns/cm key config.yaml fails validator kubelet: strict decoding error: unknown field \"maxPodz\"; it is assigned to no node, and every node keeps its config"
 	nc := demo(cond("Ready", "False", "ConfigRefused", msg), cond("Progressing", "False", "ConfigRefused", msg), cond("Degraded", "True", "ConfigRefused", msg))
 	e := Explain(Input{Node: testNode(`{"assigned": `+v10+`, "active": `+v10+`, "lastKnownGood": `+v10+`}`, "Active", "True"),
-		NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE), Now: now})
+		NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE), Now: now})
 	mustContain(t, e, "The reconciler refuses the current config of NodeConfig demo before any node gets it: "+msg+". This node keeps its config until the ConfigMap is fixed.")
 }
 
@@ -195,13 +194,13 @@ func TestValidationUnavailable(t *testing.T) {
 	msg := "validator kubelet could not run (/nodeconfig-kubelet-check: no such file or directory)"
 	nc := demo(cond("Progressing", "False", "ValidationUnavailable", msg), cond("Degraded", "True", "ValidationUnavailable", msg))
 	e := Explain(Input{Node: testNode(`{"assigned": `+v10+`, "active": `+v10+`, "lastKnownGood": `+v10+`}`, "Active", "True"),
-		NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE), Now: now})
+		NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE), Now: now})
 	mustContain(t, e, "The reconciler cannot run the validator of NodeConfig demo, so its current config waits and no node gets it: "+msg+". This node keeps its config; the reconciler tries again by itself.")
 }
 
 func TestOtherDegradedReasonsAreSaid(t *testing.T) {
 	nc := demo(cond("Degraded", "True", "NodesFailing", "1 node(s) rolled back, 0 failing with retries"))
-	e := Explain(Input{Node: testNode("", "", ""), NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), Now: now})
+	e := Explain(Input{Node: testNode("", "", ""), NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), Now: now})
 	mustContain(t, e, "NodeConfig demo is Degraded (NodesFailing): 1 node(s) rolled back, 0 failing with retries.")
 }
 
@@ -209,7 +208,7 @@ func TestFailingSyncWithBackoff(t *testing.T) {
 	st := state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING)
 	st.Error, st.Failures, st.Backoff = "checkpointd at 10.0.0.4:7601: connection refused", 3, durationpb.New(8*time.Second)
 	st.NextReconcileTime = timestamppb.New(now.Add(8 * time.Second))
-	e := Explain(Input{Node: testNode("", "CheckpointdUnavailable", "Unknown"), NodeConfigs: []nodeconfigs.NodeConfig{demo()}, Reconciler: reachable(), State: st, Now: now})
+	e := Explain(Input{Node: testNode("", "CheckpointdUnavailable", "Unknown"), NodeConfigs: []v1alpha1.NodeConfig{demo()}, Reconciler: reachable(), State: st, Now: now})
 	mustContain(t, e,
 		"statusd cannot reach checkpointd",
 		"It has no nodeconfig.io/config-status annotation yet.",
@@ -224,13 +223,13 @@ func TestFailingSyncWithBackoff(t *testing.T) {
 
 func TestWithoutTheReconciler(t *testing.T) {
 	e := Explain(Input{Node: testNode(`{"assigned": `+v10+`, "active": `+v10+`, "lastKnownGood": `+v10+`}`, "Active", "True"),
-		NodeConfigs: []nodeconfigs.NodeConfig{demo()}, Reconciler: report.Reconciler{Error: "find the reconciler's leader: Lease nodeconfig-system/nodeconfig-reconciler: not found"}, Now: now})
+		NodeConfigs: []v1alpha1.NodeConfig{demo()}, Reconciler: report.Reconciler{Error: "find the reconciler's leader: Lease nodeconfig-system/nodeconfig-reconciler: not found"}, Now: now})
 	mustContain(t, e, "The reconciler was not reachable (find the reconciler's leader: Lease nodeconfig-system/nodeconfig-reconciler: not found): the rest is what the Kubernetes API shows.",
 		"Its NodeConfigReady condition is True with reason Active")
 	if e.ReconcilerNode != nil {
 		t.Error("reconcilerNode without the reconciler")
 	}
-	e = Explain(Input{Node: testNode("", "", ""), NodeConfigs: []nodeconfigs.NodeConfig{demo()}, Reconciler: reachable(),
+	e = Explain(Input{Node: testNode("", "", ""), NodeConfigs: []v1alpha1.NodeConfig{demo()}, Reconciler: reachable(),
 		StateError: `node "node-0" is not known to the reconciler (no such Node, or not synced yet)`, Now: now})
 	mustContain(t, e, `The reconciler (127.0.0.1:7603) does not say: node "node-0" is not known to the reconciler (no such Node, or not synced yet).`,
 		"It has no NodeConfigReady condition: statusd has not reported on it yet")
@@ -241,7 +240,7 @@ func TestSelection(t *testing.T) {
 	other.Name = "other"
 	other.Spec.NodeSelector = &metav1.LabelSelector{}
 	other.Spec.Source = nil
-	e := Explain(Input{Node: testNode("", "", ""), NodeConfigs: []nodeconfigs.NodeConfig{demo(), other}, Reconciler: reachable(),
+	e := Explain(Input{Node: testNode("", "", ""), NodeConfigs: []v1alpha1.NodeConfig{demo(), other}, Reconciler: reachable(),
 		State: state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT), Now: now})
 	mustContain(t, e, "node-0 is selected by 2 NodeConfigs (demo, other): a conflict, so the reconciler leaves the node unchanged until exactly one selects it.",
 		"The reconciler sees it as CONFLICT (two or more NodeConfigs select it) under NodeConfig demo.")
@@ -249,12 +248,12 @@ func TestSelection(t *testing.T) {
 		t.Errorf("selectedBy %v, nodeConfig %+v", e.SelectedBy, e.NodeConfig)
 	}
 
-	e = Explain(Input{Node: testNode("", "", ""), NodeConfigs: []nodeconfigs.NodeConfig{other}, Reconciler: reachable(), Now: now})
+	e = Explain(Input{Node: testNode("", "", ""), NodeConfigs: []v1alpha1.NodeConfig{other}, Reconciler: reachable(), Now: now})
 	mustContain(t, e, "node-0 is selected by NodeConfig other (nodeSelector everything), which wants the nodes' local default.")
 
 	n := testNode(`{"assigned": `+v10+`, "active": `+v10+`, "lastKnownGood": `+v10+`}`, "Active", "True")
 	n.Labels = nil
-	e = Explain(Input{Node: n, NodeConfigs: []nodeconfigs.NodeConfig{demo()}, Reconciler: reachable(), Now: now})
+	e = Explain(Input{Node: n, NodeConfigs: []v1alpha1.NodeConfig{demo()}, Reconciler: reachable(), Now: now})
 	mustContain(t, e, "node-0 is selected by no NodeConfig, but still has ConfigMap ns/cm key config.yaml at resourceVersion 10 assigned: it returns to its local default at the pace of the NodeConfig it left.")
 	if len(e.SelectedBy) != 0 || e.SelectedBy == nil {
 		t.Errorf("selectedBy = %#v, want []", e.SelectedBy)
@@ -310,7 +309,7 @@ func TestJSONFieldNames(t *testing.T) {
 	nc := demo(cond("Ready", "True", "AllNodesActive", "m"))
 	st := state(nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING)
 	st.SoakEndsTime, st.NextReconcileTime, st.Backoff = timestamppb.New(now), timestamppb.New(now), durationpb.New(time.Second)
-	e := Explain(Input{Node: testNode(`{"assigned": `+v10+`}`, "Soaking", "True"), NodeConfigs: []nodeconfigs.NodeConfig{nc}, Reconciler: reachable(), State: st, Now: now,
+	e := Explain(Input{Node: testNode(`{"assigned": `+v10+`}`, "Soaking", "True"), NodeConfigs: []v1alpha1.NodeConfig{nc}, Reconciler: reachable(), State: st, Now: now,
 		Events: []corev1.Event{{InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "node-0"}, Type: "Warning", Reason: "R"}}})
 	var b bytes.Buffer
 	if err := report.JSON(&b, e); err != nil {

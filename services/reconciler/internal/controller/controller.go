@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/metadata/metadatalister"
@@ -21,14 +20,17 @@ import (
 	"k8s.io/utils/lru"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	nodeconfigclient "nodeconfig.io/services/api/client/clientset"
+	nodeconfiglisters "nodeconfig.io/services/api/client/listers/api/v1alpha1"
 	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/reconciler/internal/agents"
 )
 
 // Options configure a Controller.
 type Options struct {
-	Kube    kubernetes.Interface
-	Dynamic dynamic.Interface
+	Kube kubernetes.Interface
+	// NodeConfigClient writes the NodeConfigs: their finalizer and status.
+	NodeConfigClient nodeconfigclient.Interface
 	// Nodes are the Nodes' metadata (labels, the abandoned mark): all
 	// the controller reads of a Node.
 	Nodes      metadatalister.Lister
@@ -42,10 +44,11 @@ type Options struct {
 	// listing's event (ConfigMaps' Add for one found, Delete for one not)
 	// or a recheck a few seconds on.
 	ConfigMapListed func(namespace, name string) bool
-	NodeConfigs     cache.GenericLister
-	Synced          []cache.InformerSynced
-	Agents          AgentPool
-	Recorder        record.EventRecorder
+	// NodeConfigs are the cached NodeConfigs (NodeConfigInformer).
+	NodeConfigs nodeconfiglisters.NodeConfigLister
+	Synced      []cache.InformerSynced
+	Agents      AgentPool
+	Recorder    record.EventRecorder
 	// NormalNodeEvents also records each node's Normal transitions
 	// (activated, promoted) as Events. Off by default: at fleet scale they
 	// are two API writes per node per change that the Node's condition and

@@ -8,15 +8,13 @@ import (
 	"nodeconfig.io/services/reconciler/internal/policy"
 )
 
-// nodeRef and nodeConfigRef are the objects Events are recorded on. A
-// cached Node is its metadata alone, so its reference is built here: the
-// Event names the Node (v1, Kind Node), whatever type the cache holds.
+// nodeRef is the Node an Event is recorded on. A cached Node is its
+// metadata alone, so its reference is built here: the Event names the Node
+// (v1, Kind Node), whatever type the cache holds. A NodeConfig's Events are
+// recorded on the typed object itself, whose reference the recorder builds
+// from its scheme (v1alpha1 is registered in it).
 func nodeRef(node *metav1.PartialObjectMetadata) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}
-}
-
-func nodeConfigRef(nc *v1alpha1.NodeConfig) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: "NodeConfig", APIVersion: "nodeconfig.io/v1alpha1", Name: nc.Name, UID: nc.UID}
 }
 
 // emit counts promotions and rollbacks and records a node's events:
@@ -30,9 +28,9 @@ func (c *Controller) emit(node *metav1.PartialObjectMetadata, nc *v1alpha1.NodeC
 			typ = corev1.EventTypeWarning
 		}
 		switch e.Reason {
-		case policy.EventPromoted:
+		case v1alpha1.EventConfigPromoted:
 			c.metrics.promotions.Inc()
-		case policy.EventRolledBack:
+		case v1alpha1.EventConfigRolledBack:
 			c.metrics.rollbacks.Inc()
 		}
 		if c.o.Recorder == nil || (!e.Warning && !c.o.NormalNodeEvents) {
@@ -41,7 +39,7 @@ func (c *Controller) emit(node *metav1.PartialObjectMetadata, nc *v1alpha1.NodeC
 		c.o.Recorder.Event(nodeRef(node), typ, e.Reason, e.Message)
 		// The NodeConfig gets what needs attention; its status counts the rest.
 		if nc != nil && e.Warning {
-			c.o.Recorder.Eventf(nodeConfigRef(nc), typ, e.Reason, "node %s: %s", node.Name, e.Message)
+			c.o.Recorder.Eventf(nc, typ, e.Reason, "node %s: %s", node.Name, e.Message)
 		}
 	}
 }

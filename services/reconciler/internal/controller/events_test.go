@@ -19,8 +19,8 @@ import (
 // counted either way.
 func TestEmitRecordsWarningsAlwaysAndNormalEventsOnlyWhenAsked(t *testing.T) {
 	events := []policy.Event{
-		{Reason: policy.EventPromoted, Message: "promoted"},
-		{Warning: true, Reason: policy.EventRolledBack, Message: "rolled back"},
+		{Reason: v1alpha1.EventConfigPromoted, Message: "promoted"},
+		{Warning: true, Reason: v1alpha1.EventConfigRolledBack, Message: "rolled back"},
 	}
 	for _, tc := range []struct {
 		normal bool
@@ -44,7 +44,7 @@ func TestEmitRecordsWarningsAlwaysAndNormalEventsOnlyWhenAsked(t *testing.T) {
 // A node no NodeConfig selects has only its own Events.
 func TestEmitWithoutNodeConfigRecordsOnTheNodeOnly(t *testing.T) {
 	f := newFixture(t)
-	f.c.emit(nodeMeta(metav1.ObjectMeta{Name: "n1"}), nil, []policy.Event{{Warning: true, Reason: policy.EventFailed, Message: "no agent"}})
+	f.c.emit(nodeMeta(metav1.ObjectMeta{Name: "n1"}), nil, []policy.Event{{Warning: true, Reason: v1alpha1.EventUpdateFailed, Message: "no agent"}})
 	if got := f.events(); !slices.Equal(got, []string{"Warning UpdateFailed no agent"}) {
 		t.Errorf("events %q, want the Node's Warning alone", got)
 	}
@@ -69,7 +69,7 @@ func TestNodeEventsAreRecordedOnTheNode(t *testing.T) {
 	f.c.o.Recorder = rec
 	node := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "PartialObjectMetadata"},
 		ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "uid-n1"}}
-	f.c.emit(node, nil, []policy.Event{{Warning: true, Reason: policy.EventFailed, Message: "no agent"}})
+	f.c.emit(node, nil, []policy.Event{{Warning: true, Reason: v1alpha1.EventUpdateFailed, Message: "no agent"}})
 	want := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: "n1", UID: "uid-n1"}
 	if len(rec.objects) != 1 || !reflect.DeepEqual(rec.objects[0], want) {
 		t.Errorf("recorded on %+v, want only %+v", rec.objects, want)

@@ -69,17 +69,17 @@ func (f *fixture) deleting(nc *v1alpha1.NodeConfig) {
 // the informer would.
 func (f *fixture) catchUp(name string) {
 	f.t.Helper()
-	u, err := f.dyn.Resource(v1alpha1.GroupVersionResource).Get(context.Background(), name, metav1.GetOptions{})
+	nc, err := f.api.NodeConfigV1alpha1().NodeConfigs().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.cacheNodeConfig(u)
+	f.cacheNodeConfig(nc)
 }
 
 // statusWrites counts the NodeConfig status writes sent to the fake API.
 func (f *fixture) statusWrites() int {
 	n := 0
-	for _, a := range f.dyn.Actions() {
+	for _, a := range f.api.Actions() {
 		if a.GetVerb() == "update" && a.GetSubresource() == "status" {
 			n++
 		}
@@ -236,12 +236,12 @@ func TestStatusConflictIsRequeuedAndNothingLost(t *testing.T) {
 	f, _ := rolledOut(t, poolA("nc", v1alpha1.Rollout{}))
 	f.events()
 	conflicts := 0
-	f.dyn.PrependReactor("update", "nodeconfigs", func(a k8stesting.Action) (bool, runtime.Object, error) {
+	f.api.PrependReactor("update", "nodeconfigs", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "status" || conflicts > 0 {
 			return false, nil, nil
 		}
 		conflicts++
-		return true, nil, apierrors.NewConflict(v1alpha1.GroupVersionResource.GroupResource(), "nc", nil)
+		return true, nil, apierrors.NewConflict(v1alpha1.Resource("nodeconfigs"), "nc", nil)
 	})
 	// A queue of its own: the node syncs above left the NodeConfig queued
 	// (status coalescing), and only the conflict may queue it here.

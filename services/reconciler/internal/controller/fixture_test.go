@@ -14,11 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/metadata/metadatalister"
@@ -26,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	nodeconfigfake "nodeconfig.io/services/api/client/clientset/fake"
+	nodeconfiglisters "nodeconfig.io/services/api/client/listers/api/v1alpha1"
 	"nodeconfig.io/services/api/v1alpha1"
 )
 
@@ -37,7 +35,7 @@ type fixture struct {
 	t        testing.TB
 	c        *Controller
 	kube     *kubefake.Clientset
-	dyn      *dynamicfake.FakeDynamicClient
+	api      *nodeconfigfake.Clientset
 	nodes    cache.Indexer
 	cms      cache.Indexer
 	ncs      cache.Indexer
@@ -53,7 +51,7 @@ func newFixture(t testing.TB) *fixture {
 	f := &fixture{
 		t:        t,
 		kube:     kubefake.NewClientset(),
-		dyn:      dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "NodeConfigList"}),
+		api:      nodeconfigfake.NewSimpleClientset(),
 		nodes:    cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		cms:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		ncs:      cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
@@ -62,9 +60,9 @@ func newFixture(t testing.TB) *fixture {
 		now:      time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC),
 	}
 	f.c = New(Options{
-		Kube: f.kube, Dynamic: f.dyn,
+		Kube: f.kube, NodeConfigClient: f.api,
 		Nodes: metadatalister.New(f.nodes, corev1.SchemeGroupVersion.WithResource("nodes")), ConfigMaps: corelisters.NewConfigMapLister(f.cms),
-		NodeConfigs: cache.NewGenericLister(f.ncs, v1alpha1.GroupVersionResource.GroupResource()),
+		NodeConfigs: nodeconfiglisters.NewNodeConfigLister(f.ncs),
 		Agents:      f.agents, Recorder: f.recorder,
 		Now: func() time.Time { return f.now },
 	})
@@ -111,35 +109,26 @@ func (f *fixture) setNodeConfig(nc *v1alpha1.NodeConfig) {
 	if nc.Generation == 0 {
 		nc.Generation = 1
 	}
-	obj, err := v1alpha1.ToUnstructured(nc)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{Object: obj}
-	cached := u.DeepCopy()
+	cached := nc.DeepCopy()
 	f.ncVersion++
-	cached.SetResourceVersion(strconv.Itoa(f.ncVersion))
+	cached.ResourceVersion = strconv.Itoa(f.ncVersion)
 	f.cacheNodeConfig(cached)
-	client := f.dyn.Resource(v1alpha1.GroupVersionResource)
+	client := f.api.NodeConfigV1alpha1().NodeConfigs()
 	if _, err := client.Get(context.Background(), nc.Name, metav1.GetOptions{}); err != nil {
-		_, err = client.Create(context.Background(), u.DeepCopy(), metav1.CreateOptions{})
+		_, err = client.Create(context.Background(), nc.DeepCopy(), metav1.CreateOptions{})
 		if err != nil {
 			f.t.Fatal(err)
 		}
-	} else if _, err := client.Update(context.Background(), u.DeepCopy(), metav1.UpdateOptions{}); err != nil {
+	} else if _, err := client.Update(context.Background(), nc.DeepCopy(), metav1.UpdateOptions{}); err != nil {
 		f.t.Fatal(err)
 	}
 }
 
-// cacheNodeConfig puts u into the NodeConfig cache through the informer's
-// transform, as the reconciler's informer would.
-func (f *fixture) cacheNodeConfig(u *unstructured.Unstructured) {
+// cacheNodeConfig puts nc into the NodeConfig cache, as the reconciler's
+// informer would.
+func (f *fixture) cacheNodeConfig(nc *v1alpha1.NodeConfig) {
 	f.t.Helper()
-	obj, err := DecodeNodeConfig(u)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if err := f.ncs.Update(obj); err != nil {
+	if err := f.ncs.Update(nc); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -148,11 +137,7 @@ func (f *fixture) cacheNodeConfig(u *unstructured.Unstructured) {
 // status writes left it.
 func (f *fixture) storedNodeConfig(name string) *v1alpha1.NodeConfig {
 	f.t.Helper()
-	u, err := f.dyn.Resource(v1alpha1.GroupVersionResource).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	nc, err := v1alpha1.FromUnstructured(u.Object)
+	nc, err := f.api.NodeConfigV1alpha1().NodeConfigs().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		f.t.Fatal(err)
 	}

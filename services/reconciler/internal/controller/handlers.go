@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"encoding/json"
 	"maps"
 	"slices"
 
@@ -148,9 +147,6 @@ func reportedErrorChanged(o, n *metav1.PartialObjectMetadata) bool {
 // reportedError is the error of a config-status annotation ("" when none or
 // it does not decode).
 func reportedError(annotation string) string {
-	var st struct {
-		Error string `json:"error"`
-	}
-	_ = json.Unmarshal([]byte(annotation), &st)
+	st, _ := v1alpha1.DecodeNodeConfigStatus(annotation)
 	return st.Error
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 
@@ -79,20 +78,12 @@ func TestNodeConfigUpdatesWakeTheNodesTheyConcern(t *testing.T) {
 	f.c.reindexLocked(f.c.infoLocked("n2"))
 	f.c.mu.Unlock()
 	_, _, ncs, _ := f.c.Handlers()
-	obj := func(nc *v1alpha1.NodeConfig) *unstructured.Unstructured {
-		t.Helper()
-		u, err := v1alpha1.ToUnstructured(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &unstructured.Unstructured{Object: u}
-	}
 	old := poolA("pool-a", v1alpha1.Rollout{})
 	old.Generation = 1
 
 	withStatus := poolA("pool-a", v1alpha1.Rollout{})
 	withStatus.Generation, withStatus.Status.Soaking = 1, 1
-	ncs.OnUpdate(obj(old), obj(withStatus))
+	ncs.OnUpdate(old, withStatus)
 	if got := drain(f.c.nodeQ); !slices.Equal(got, []string{"n1"}) {
 		t.Errorf("a status write woke %v, want only the waiting n1", got)
 	}
@@ -109,7 +100,7 @@ func TestNodeConfigUpdatesWakeTheNodesTheyConcern(t *testing.T) {
 
 	edited := poolA("pool-a", v1alpha1.Rollout{})
 	edited.Generation, edited.Spec.SoakSeconds = 2, 120
-	ncs.OnUpdate(obj(old), obj(edited))
+	ncs.OnUpdate(old, edited)
 	if got := drain(f.c.nodeQ); !slices.Equal(got, []string{"n1", "n2", "n3"}) {
 		t.Errorf("a spec change woke %v, want every selected node", got)
 	}

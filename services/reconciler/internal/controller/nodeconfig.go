@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -23,7 +22,7 @@ import (
 // syncNodeConfig keeps the finalizer, handles deletion, and writes status
 // (only when it changed).
 func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Duration, error) {
-	obj, err := c.o.NodeConfigs.Get(name)
+	nc, err := c.o.NodeConfigs.Get(name)
 	if apierrors.IsNotFound(err) {
 		c.metrics.forgetNodeConfig(name)
 		return 0, nil
@@ -31,11 +30,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 	if err != nil {
 		return 0, err
 	}
-	nc, err := toNodeConfig(obj)
-	if err != nil {
-		return 0, err
-	}
-	client := c.o.Dynamic.Resource(v1alpha1.GroupVersionResource)
+	client := c.o.NodeConfigClient.NodeConfigV1alpha1().NodeConfigs()
 	if nc.DeletionTimestamp != nil {
 		return c.finalize(ctx, nc)
 	}
@@ -78,11 +73,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 	prevDegraded := meta.FindStatusCondition(nc.Status.Conditions, v1alpha1.ConditionDegraded)
 	updated := nc.DeepCopy() // nc is the cache's
 	updated.Status = status
-	u, err := v1alpha1.ToUnstructured(updated)
-	if err != nil {
-		return 0, err
-	}
-	if _, err := client.UpdateStatus(ctx, &unstructured.Unstructured{Object: u}, metav1.UpdateOptions{}); err != nil {
+	if _, err := client.UpdateStatus(ctx, updated, metav1.UpdateOptions{}); err != nil {
 		if apierrors.IsConflict(err) {
 			// A newer object is on its way through the informer.
 			return time.Second, nil
@@ -94,11 +85,11 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 		(d.Reason == v1alpha1.ReasonInvalidSelector || d.Reason == v1alpha1.ReasonInvalidReconcileInterval || d.Reason == v1alpha1.ReasonInvalidWindow ||
 			d.Reason == v1alpha1.ReasonConfigRefused || d.Reason == v1alpha1.ReasonValidationUnavailable) &&
 		(prevDegraded == nil || prevDegraded.Reason != d.Reason || prevDegraded.Message != d.Message) && c.o.Recorder != nil {
-		c.o.Recorder.Event(nodeConfigRef(nc), corev1.EventTypeWarning, d.Reason, d.Message)
+		c.o.Recorder.Event(nc, corev1.EventTypeWarning, d.Reason, d.Message)
 	}
 	// One Normal event per rollout, however many nodes it took.
 	if !wasReady && meta.IsStatusConditionTrue(status.Conditions, v1alpha1.ConditionReady) && c.o.Recorder != nil {
-		c.o.Recorder.Eventf(nodeConfigRef(nc), corev1.EventTypeNormal, "RolloutComplete",
+		c.o.Recorder.Eventf(nc, corev1.EventTypeNormal, v1alpha1.EventRolloutComplete,
 			"all %d selected node(s) have this config active and last-known-good", status.Selected)
 	}
 	return requeue, nil
@@ -217,21 +208,21 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 	case held.reason == v1alpha1.ReasonInvalidWindow:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, held.reason, held.message)
 	default:
-		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, "AsExpected", "no node rolled back or failing")
+		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "no node rolled back or failing")
 	}
 	if blocked != "" {
 		d := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded)
 		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, blocked, d.Message)
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, blocked, d.Message)
 	} else if done {
-		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, "RolloutComplete", fmt.Sprintf("all %d selected node(s) use this config", len(selected)))
-		set(v1alpha1.ConditionReady, metav1.ConditionTrue, "AllNodesActive", fmt.Sprintf("all %d selected node(s) have this config active and last-known-good", len(selected)))
+		set(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonRolloutComplete, fmt.Sprintf("all %d selected node(s) use this config", len(selected)))
+		set(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonAllNodesActive, fmt.Sprintf("all %d selected node(s) have this config active and last-known-good", len(selected)))
 	} else {
 		msg := fmt.Sprintf("%d soaking, %d waiting (maxInTrial %d), %d active of %d selected", st.Soaking, st.Waiting, limit, st.Active, len(selected))
 		if unknown+behind > 0 {
 			msg += fmt.Sprintf("; %d not yet synced at generation %d", unknown+behind, nc.Generation)
 		}
-		progressing, reason := metav1.ConditionTrue, "RollingOut"
+		progressing, reason := metav1.ConditionTrue, v1alpha1.ReasonRollingOut
 		if halted {
 			progressing = metav1.ConditionFalse
 		}
@@ -273,7 +264,7 @@ func (c *Controller) finalize(ctx context.Context, nc *v1alpha1.NodeConfig) (tim
 	}
 	finalizers := slices.DeleteFunc(slices.Clone(nc.Finalizers), func(f string) bool { return f == v1alpha1.Finalizer })
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": nc.ResourceVersion}})
-	if _, err := c.o.Dynamic.Resource(v1alpha1.GroupVersionResource).Patch(ctx, nc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := c.o.NodeConfigClient.NodeConfigV1alpha1().NodeConfigs().Patch(ctx, nc.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return 0, fmt.Errorf("remove finalizer: %w", err)
 	}
 	return 0, nil

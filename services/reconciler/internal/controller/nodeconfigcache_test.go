@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -12,29 +11,20 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 
+	nodeconfiginformers "nodeconfig.io/services/api/client/informers"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/cmwatch"
 )
 
-// undecodable is a cached NodeConfig whose spec is not one.
-var undecodable = &unstructured.Unstructured{Object: map[string]any{
-	"apiVersion": "nodeconfig.io/v1alpha1", "kind": "NodeConfig",
-	"metadata": map[string]any{"name": "broken"}, "spec": "not an object",
-}}
-
-// The controller reads NodeConfigs by name; one it cannot decode is
-// skipped, not an error for every other.
-func TestNodeConfigsAreByNameWithoutTheUndecodable(t *testing.T) {
+// The controller reads NodeConfigs by name, also from a deletion
+// tombstone.
+func TestNodeConfigsAreByName(t *testing.T) {
 	f := newFixture(t)
-	f.c.o.Log = slog.New(slog.DiscardHandler)
 	f.setNodeConfig(poolA("b", v1alpha1.Rollout{}))
 	f.setNodeConfig(poolA("a", v1alpha1.Rollout{}))
-	f.cacheNodeConfig(undecodable.DeepCopy())
 	ncs, err := f.c.nodeConfigs()
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +50,6 @@ func TestReferencedConfigMapsAreTheSources(t *testing.T) {
 	other.Spec.Source.ConfigMap = &v1alpha1.ConfigMapSource{Namespace: "other", Name: "kubelet", Key: "k"}
 	f.setNodeConfig(other)
 	f.setNodeConfig(&v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "no-source"}})
-	f.cacheNodeConfig(undecodable.DeepCopy())
 	got := ReferencedConfigMaps(f.c.o.NodeConfigs)
 	slices.SortFunc(got, func(x, y cmwatch.Ref) int { return strings.Compare(x.Namespace, y.Namespace) })
 	want := []cmwatch.Ref{{Namespace: "ns", Name: "cfg"}, {Namespace: "other", Name: "kubelet"}}
@@ -96,7 +85,7 @@ func TestNodeConfigsAreDecodedOncePerVersion(t *testing.T) {
 		t.Error("b, unchanged, was decoded again")
 	}
 
-	if err := f.ncs.Delete(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "a"}}}); err != nil {
+	if err := f.ncs.Delete(&v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "a"}}); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := f.c.nodeConfigs(); len(left) != 1 || left[0].Name != "b" {
@@ -105,49 +94,38 @@ func TestNodeConfigsAreDecodedOncePerVersion(t *testing.T) {
 }
 
 // The reconciler's NodeConfig informer lists typed NodeConfigs through its
-// lister, and what does not decode as it came, skipped by the readers.
-func TestNodeConfigInformerListsThemDecoded(t *testing.T) {
+// lister, and brings their new versions and deletions.
+func TestNodeConfigInformerListsThemTyped(t *testing.T) {
 	f := newFixture(t)
 	f.setNodeConfig(poolA("a", v1alpha1.Rollout{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := f.dyn.Resource(v1alpha1.GroupVersionResource).Create(ctx, undecodable.DeepCopy(), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	factory := dynamicinformer.NewDynamicSharedInformerFactory(f.dyn, 0)
-	informer, lister, err := NodeConfigInformer(factory)
-	if err != nil {
-		t.Fatal(err)
-	}
+	factory := nodeconfiginformers.NewSharedInformerFactory(f.api, 0)
+	informer, lister := NodeConfigInformer(factory)
 	stop := make(chan struct{})
 	factory.Start(stop)
 	defer func() { close(stop); factory.Shutdown() }()
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		t.Fatal("the NodeConfig informer never synced")
 	}
-	a, err := lister.Get("a")
-	if nc, ok := a.(*v1alpha1.NodeConfig); err != nil || !ok || nc.Spec.Source.ConfigMap.Name != "cfg" {
-		t.Fatalf("the lister's a: %T %v, %v; want NodeConfig a decoded", a, a, err)
-	}
-	if broken, err := lister.Get("broken"); err != nil || !isUnstructured(broken) {
-		t.Errorf("the lister's undecodable NodeConfig: %T, %v; want it as it came", broken, err)
+	if nc, err := lister.Get("a"); err != nil || nc.Spec.Source.ConfigMap.Name != "cfg" {
+		t.Fatalf("the lister's a: %v, %v; want NodeConfig a", nc, err)
 	}
 	if refs := ReferencedConfigMaps(lister); !slices.Equal(refs, []cmwatch.Ref{{Namespace: "ns", Name: "cfg"}}) {
 		t.Errorf("referenced %v through the informer's lister, want ns/cfg alone", refs)
 	}
 
-	// A new version through the watch is decoded too, and a deletion goes.
+	// A new version through the watch, and a deletion.
 	updated := poolA("a", v1alpha1.Rollout{})
 	updated.Spec.SoakSeconds = 77
 	f.setNodeConfig(updated)
 	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
-		obj, err := lister.Get("a")
-		nc, ok := obj.(*v1alpha1.NodeConfig)
-		return err == nil && ok && nc.Spec.SoakSeconds == 77, nil
+		nc, err := lister.Get("a")
+		return err == nil && nc.Spec.SoakSeconds == 77, nil
 	}); err != nil {
-		t.Fatalf("a's new version never reached the lister decoded: %v", err)
+		t.Fatalf("a's new version never reached the lister: %v", err)
 	}
-	if err := f.dyn.Resource(v1alpha1.GroupVersionResource).Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
+	if err := f.api.NodeConfigV1alpha1().NodeConfigs().Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
@@ -155,34 +133,6 @@ func TestNodeConfigInformerListsThemDecoded(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
 		t.Fatalf("a's deletion never reached the lister: %v", err)
-	}
-}
-
-func isUnstructured(obj any) bool {
-	_, ok := obj.(*unstructured.Unstructured)
-	return ok
-}
-
-// The informer's transform decodes a NodeConfig once and leaves alone what
-// it cannot decode, so that a bad object stalls neither the informer nor
-// the other NodeConfigs; reading that one says why.
-func TestDecodeNodeConfigKeepsTheUndecodableAsItCame(t *testing.T) {
-	f := newFixture(t)
-	f.setNodeConfig(poolA("a", v1alpha1.Rollout{}))
-	cached, _, _ := f.ncs.GetByKey("a")
-	nc, ok := cached.(*v1alpha1.NodeConfig)
-	if !ok || nc.Spec.Source.ConfigMap.Name != "cfg" {
-		t.Fatalf("the cache holds %T %v, want NodeConfig a decoded", cached, cached)
-	}
-	if again, err := DecodeNodeConfig(nc); err != nil || again != any(nc) {
-		t.Errorf("a decoded NodeConfig through the transform again: %v, %v; want it as it was", again, err)
-	}
-	kept, err := DecodeNodeConfig(undecodable)
-	if err != nil || kept != any(undecodable) {
-		t.Fatalf("the transform of an undecodable NodeConfig: %v, %v; want it kept as it came", kept, err)
-	}
-	if _, err := toNodeConfig(kept); err == nil || !strings.Contains(err.Error(), "NodeConfig broken") {
-		t.Errorf("reading the undecodable NodeConfig: %v, want an error naming it", err)
 	}
 }
 

@@ -87,7 +87,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (next time.Durat
 // node did by itself, its gate mid-soak or its agent at start, which this
 // sync only found: a node this reconciler knew in another state.
 func (c *Controller) noteRollbackSeen(name string, res *policy.Result) {
-	if res.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || slices.ContainsFunc(res.Events, func(e policy.Event) bool { return e.Reason == policy.EventRolledBack }) {
+	if res.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || slices.ContainsFunc(res.Events, func(e policy.Event) bool { return e.Reason == v1alpha1.EventConfigRolledBack }) {
 		return
 	}
 	prev, ok := c.NodeInfo(name)
@@ -101,7 +101,7 @@ func (c *Controller) noteRollbackSeen(name string, res *policy.Result) {
 		// kept the records that said so.
 		return
 	}
-	res.Events = append(res.Events, policy.Event{Warning: true, Reason: policy.EventRolledBack,
+	res.Events = append(res.Events, policy.Event{Warning: true, Reason: v1alpha1.EventConfigRolledBack,
 		Message: fmt.Sprintf("the node rolled %s back by itself: %s; it runs %s", recs.GetAssigned().GetSource().Describe(), recs.GetError().GetError().GetMessage(), recs.GetActive().GetSource().Describe())})
 }
 
@@ -208,7 +208,7 @@ func (c *Controller) desired(ctx context.Context, node *metav1.PartialObjectMeta
 func (c *Controller) callAgent(ctx context.Context, name string, d policy.Desired) policy.Result {
 	agent, release, err := c.o.Agents.For(name)
 	if err != nil {
-		return policy.Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Err: fmt.Errorf("%s: %w", policy.ReasonAgentUnavailable, err)}
+		return policy.Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Err: fmt.Errorf("%s: %w", v1alpha1.NodeReasonCheckpointdUnavailable, err)}
 	}
 	defer release()
 	rpcCtx, cancel := context.WithTimeout(ctx, c.o.RPCTimeout)
@@ -225,7 +225,7 @@ func (c *Controller) warnOnNewError(name string, res *policy.Result) {
 	if prev, ok := c.NodeInfo(name); ok && prev.Err == res.Err.Error() {
 		return
 	}
-	res.Events = append(res.Events, policy.Event{Warning: true, Reason: policy.EventFailed, Message: res.Err.Error() + "; retrying with backoff, nothing rolled back"})
+	res.Events = append(res.Events, policy.Event{Warning: true, Reason: v1alpha1.EventUpdateFailed, Message: res.Err.Error() + "; retrying with backoff, nothing rolled back"})
 }
 
 // pinned resolves a ConfigMap key from the cache only (the ConfigMap's add
@@ -266,7 +266,7 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 		return policy.Desired{}, err
 	}
 	if err != nil {
-		d.ResolveErr = &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: policy.ReasonDownloadFailed, Message: err.Error()}
+		d.ResolveErr = &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonDownloadFailed, Message: err.Error()}
 		return d, nil
 	}
 	d.Source = src

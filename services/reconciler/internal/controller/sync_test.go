@@ -123,11 +123,11 @@ func TestNodeWaitsForItsConfigMapsFirstListing(t *testing.T) {
 			t.Fatalf("exists=%v: before the listing the agent got %q and the events are %q, want nothing", exists, a.calls, f.events())
 		}
 		// Nor does the NodeConfig's status read the absence as news.
-		before := len(f.dyn.Actions())
+		before := len(f.api.Actions())
 		if recheck, err := f.c.syncNodeConfig(context.Background(), "pool-a"); err != nil || recheck <= 0 {
 			t.Fatalf("exists=%v: the status before the listing: err %v, recheck in %v, want no error and a recheck", exists, err, recheck)
 		}
-		if acts := f.dyn.Actions()[before:]; len(acts) != 0 {
+		if acts := f.api.Actions()[before:]; len(acts) != 0 {
 			t.Fatalf("exists=%v: before the listing the status sync asked the API %v, want nothing", exists, acts)
 		}
 

@@ -15,23 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-)
-
-// Early error reasons the reconciler records on a node.
-const (
-	ReasonDownloadFailed   = "DownloadFailed"
-	ReasonCheckpointFailed = "CheckpointFailed"
-	ReasonAgentUnavailable = "CheckpointdUnavailable"
-)
-
-// Event reasons (on the Node and the NodeConfig).
-const (
-	EventAssigned   = "ConfigAssigned"
-	EventActivated  = "ConfigActivated"
-	EventPromoted   = "ConfigPromoted"
-	EventRolledBack = "ConfigRolledBack"
-	EventDrift      = "DriftCorrected"
-	EventFailed     = "UpdateFailed"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // Mode says what kind of desired state a node has.
@@ -139,7 +123,7 @@ func nodeStillSoaking(err error, recs *nodeconfigv1.Records, now time.Time) bool
 func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Desired, now time.Time) Result {
 	recsResp, err := agent.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{})
 	if err != nil {
-		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Err: fmt.Errorf("%s: read records: %w", ReasonAgentUnavailable, err)}
+		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING, Err: fmt.Errorf("%s: read records: %w", v1alpha1.NodeReasonCheckpointdUnavailable, err)}
 	}
 	recs := recsResp.GetRecords()
 	if d.Mode == ModeReset {
@@ -161,7 +145,7 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 			return failing(recs, fmt.Errorf("promote: %w", err))
 		}
 		recs = resp.GetRecords()
-		promoted = []Event{{Reason: EventPromoted, Message: fmt.Sprintf("%s stayed active for its %ds soak and is now last-known-good", src.Describe(), recs.GetAssigned().GetSoakSeconds())}}
+		promoted = []Event{{Reason: v1alpha1.EventConfigPromoted, Message: fmt.Sprintf("%s stayed active for its %ds soak and is now last-known-good", src.Describe(), recs.GetAssigned().GetSoakSeconds())}}
 	}
 	res := syncUse(ctx, agent, recs, d, now)
 	res.Events = append(promoted, res.Events...)
@@ -239,7 +223,7 @@ func reset(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs
 	}
 	return resetSoak(Result{
 		State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT, Records: resp.GetRecords(),
-		Events: []Event{{Reason: EventAssigned, Message: fmt.Sprintf("no config assigned: reset to the local default (assigned, active and last-known-good cleared; soak %ds)", soak)}},
+		Events: []Event{{Reason: v1alpha1.EventConfigAssigned, Message: fmt.Sprintf("no config assigned: reset to the local default (assigned, active and last-known-good cleared; soak %ds)", soak)}},
 	}, now)
 }
 
@@ -280,13 +264,13 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 		if unreachable(err) {
 			return agentFailed(ctx, agent, recs, "checkpoint", err)
 		}
-		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
+		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonCheckpointFailed,
 			Message: fmt.Sprintf("checkpoint %s: %v", src.Describe(), status.Convert(err).Message())}
 		return earlyError(ctx, agent, recs, e)
 	}
 	resp, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig})
 	if err != nil {
-		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonCheckpointFailed,
+		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonCheckpointFailed,
 			Message: fmt.Sprintf("record assigned %s: %v", src.Describe(), status.Convert(err).Message())}
 		return earlyError(ctx, agent, recs, e)
 	}
@@ -302,7 +286,7 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 	if len(res.Events) > 0 {
 		res.Events[0].Message = assigned + "; " + res.Events[0].Message
 	} else {
-		res.Events = []Event{{Reason: EventAssigned, Message: assigned}}
+		res.Events = []Event{{Reason: v1alpha1.EventConfigAssigned, Message: assigned}}
 	}
 	return res
 }
@@ -318,11 +302,11 @@ func activate(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, r
 	case nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK:
 		return Result{
 			State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs,
-			Events: []Event{{Warning: true, Reason: EventRolledBack, Message: fmt.Sprintf("%s; rolled back to %s", recs.GetError().GetError().GetMessage(), recs.GetActive().GetSource().Describe())}},
+			Events: []Event{{Warning: true, Reason: v1alpha1.EventConfigRolledBack, Message: fmt.Sprintf("%s; rolled back to %s", recs.GetError().GetError().GetMessage(), recs.GetActive().GetSource().Describe())}},
 		}
 	case nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED:
 		res := afterActive(recs, now)
-		res.Events = append([]Event{{Reason: EventActivated, Message: fmt.Sprintf("activated %s", src.Describe())}}, res.Events...)
+		res.Events = append([]Event{{Reason: v1alpha1.EventConfigActivated, Message: fmt.Sprintf("activated %s", src.Describe())}}, res.Events...)
 		return res
 	default:
 		return Result{State: stateOf(recs), Records: recs}
@@ -358,7 +342,7 @@ func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClie
 			return agentFailed(ctx, agent, recs, "repair drift", err)
 		}
 		if resp.GetRepaired() {
-			events = append(events, Event{Warning: true, Reason: EventDrift, Message: "the materialized config file differed from the active checkpoint and was rewritten"})
+			events = append(events, Event{Warning: true, Reason: v1alpha1.EventDriftCorrected, Message: "the materialized config file differed from the active checkpoint and was rewritten"})
 		}
 		if recs.GetError() != nil {
 			// The write cleared checkpointd's WriteFailed error.
@@ -403,7 +387,7 @@ func agentFailed(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient
 			}
 		}
 	}
-	return failing(recs, fmt.Errorf("%s: %s: %w", ReasonAgentUnavailable, what, err))
+	return failing(recs, fmt.Errorf("%s: %s: %w", v1alpha1.NodeReasonCheckpointdUnavailable, what, err))
 }
 
 // unreachable says whether a call failed before the agent could answer it.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // fakeAgent is an in-memory checkpointd with switches for failures.
@@ -184,7 +185,7 @@ func TestNewAssignmentCheckpointsAssignsActivatesAndWaitsForSoak(t *testing.T) {
 			t.Fatalf("calls %v, want %v (checkpoint before assign)", f.calls, want)
 		}
 	}
-	if len(r.Events) != 1 || !hasEvent(r, EventActivated) || !strings.Contains(r.Events[0].Message, "assigned") {
+	if len(r.Events) != 1 || !hasEvent(r, v1alpha1.EventConfigActivated) || !strings.Contains(r.Events[0].Message, "assigned") {
 		t.Fatalf("events %v, want one ConfigActivated that says it was assigned", r.Events)
 	}
 }
@@ -197,13 +198,13 @@ func TestSoakEndPromotesOnlyAtTheDurableEnd(t *testing.T) {
 		t.Fatalf("before the end: %+v", r)
 	}
 	r = Sync(context.Background(), f, use("1"), t0.Add(600*time.Second))
-	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || !hasEvent(r, EventPromoted) || !nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) {
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || !hasEvent(r, v1alpha1.EventConfigPromoted) || !nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) {
 		t.Fatalf("at the end: %+v", r)
 	}
 	// Steady state: one drift check, no writes.
 	f.calls = nil
 	r = Sync(context.Background(), f, use("1"), t0.Add(time.Hour))
-	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || len(f.calls) != 2 || hasEvent(r, EventPromoted) {
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || len(f.calls) != 2 || hasEvent(r, v1alpha1.EventConfigPromoted) {
 		t.Fatalf("steady state: %+v calls %v", r, f.calls)
 	}
 }
@@ -212,7 +213,7 @@ func TestLateErrorRollsBackAndIsNotRetried(t *testing.T) {
 	f := newFake(t0)
 	f.lateError = true
 	r := Sync(context.Background(), f, use("1"), t0)
-	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || !hasEvent(r, EventRolledBack) {
+	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || !hasEvent(r, v1alpha1.EventConfigRolledBack) {
 		t.Fatalf("result %+v", r)
 	}
 	f.calls = nil
@@ -233,9 +234,9 @@ func TestEarlyErrorsRecordAndRetryWithoutRollback(t *testing.T) {
 	Sync(context.Background(), f, use("1"), t0)
 	Sync(context.Background(), f, use("1"), t0.Add(time.Hour)) // promoted
 	// ConfigMap gone: a resolve error.
-	d := Desired{Mode: ModeUse, ResolveErr: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonDownloadFailed, Message: "ConfigMap ns/cm not found"}}
+	d := Desired{Mode: ModeUse, ResolveErr: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonDownloadFailed, Message: "ConfigMap ns/cm not found"}}
 	r := Sync(context.Background(), f, d, t0.Add(2*time.Hour))
-	if r.Err == nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING || f.recs.GetError().GetError().GetReason() != ReasonDownloadFailed {
+	if r.Err == nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING || f.recs.GetError().GetError().GetReason() != v1alpha1.NodeReasonDownloadFailed {
 		t.Fatalf("resolve error: %+v", r)
 	}
 	if !nodeconfigv1.SameSource(f.recs.GetActive().GetSource(), src("1")) {
@@ -245,13 +246,13 @@ func TestEarlyErrorsRecordAndRetryWithoutRollback(t *testing.T) {
 	// node, and the reason says it could not be reached.
 	f.putErr = errDown
 	r = Sync(context.Background(), f, use("2"), t0.Add(150*time.Minute))
-	if r.Err == nil || !strings.HasPrefix(r.Err.Error(), ReasonAgentUnavailable) || f.recs.GetError().GetError().GetReason() != ReasonDownloadFailed {
+	if r.Err == nil || !strings.HasPrefix(r.Err.Error(), v1alpha1.NodeReasonCheckpointdUnavailable) || f.recs.GetError().GetError().GetReason() != v1alpha1.NodeReasonDownloadFailed {
 		t.Fatalf("agent unreachable at the put: %+v records %v", r, f.recs)
 	}
 	// Checkpoint write fails.
 	f.putErr = status.Error(codes.Internal, "no space left on device")
 	r = Sync(context.Background(), f, use("2"), t0.Add(3*time.Hour))
-	if r.Err == nil || f.recs.GetError().GetError().GetReason() != ReasonCheckpointFailed || !nodeconfigv1.SameSource(f.recs.GetAssigned().GetSource(), src("1")) {
+	if r.Err == nil || f.recs.GetError().GetError().GetReason() != v1alpha1.NodeReasonCheckpointFailed || !nodeconfigv1.SameSource(f.recs.GetAssigned().GetSource(), src("1")) {
 		t.Fatalf("checkpoint failure: %+v records %v", r, f.recs)
 	}
 	// Agent down.
@@ -320,7 +321,7 @@ func TestDriftIsRepairedAndEvented(t *testing.T) {
 	Sync(context.Background(), f, use("1"), t0)
 	f.drift = true
 	r := Sync(context.Background(), f, use("1"), t0.Add(time.Second))
-	if !hasEvent(r, EventDrift) {
+	if !hasEvent(r, v1alpha1.EventDriftCorrected) {
 		t.Fatalf("no DriftCorrected event: %+v", r)
 	}
 }
@@ -341,7 +342,7 @@ func TestCrashBetweenAssignAndActivateIsFinished(t *testing.T) {
 // pacing or halted. A later rollback then returns to it.
 func TestSoakedConfigIsPromotedWhateverHoldsTheNode(t *testing.T) {
 	for name, d := range map[string]Desired{
-		"ConfigMap deleted": {Mode: ModeUse, ResolveErr: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: ReasonDownloadFailed, Message: "gone"}},
+		"ConfigMap deleted": {Mode: ModeUse, ResolveErr: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonDownloadFailed, Message: "gone"}},
 		"abandoned":         {Mode: ModeLeave},
 		"newer unjudged":    {Mode: ModeLeave, Held: errors.New("the kubelet validator could not run")},
 		"newer waits":       func() Desired { d := use("2"); d.Admit = func() Admission { return Wait }; return d }(),
@@ -355,7 +356,7 @@ func TestSoakedConfigIsPromotedWhateverHoldsTheNode(t *testing.T) {
 				t.Fatalf("mid-soak: look again in %v, want just after the soak's end", r.RequeueAfter)
 			}
 			r = Sync(context.Background(), f, d, t0.Add(600*time.Second))
-			if !nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) || !hasEvent(r, EventPromoted) {
+			if !nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) || !hasEvent(r, v1alpha1.EventConfigPromoted) {
 				t.Fatalf("after the soak: last-known-good %v, events %v; want version 1 promoted", f.recs.GetLastKnownGood(), r.Events)
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // behind is how far the node's clock trails the reconciler's.
@@ -25,7 +26,7 @@ func TestSoakEndToleratesANodeClockBehindTheReconcilers(t *testing.T) {
 		at := t0.Add(first.RequeueAfter)
 		f.clock = at.Add(-behind)
 		r := Sync(context.Background(), f, use("1"), at)
-		if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || !hasEvent(r, EventPromoted) ||
+		if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || !hasEvent(r, v1alpha1.EventConfigPromoted) ||
 			!nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) {
 			t.Fatalf("sync %v after the assignment, node clock %v behind: state %v, err %v, events %v; want ACTIVE and promoted",
 				first.RequeueAfter, behind, r.State, r.Err, r.Events)
@@ -45,7 +46,7 @@ func TestSoakEndToleratesANodeClockBehindTheReconcilers(t *testing.T) {
 		next := end.Add(r.RequeueAfter)
 		f.clock = next.Add(-behind)
 		r = Sync(context.Background(), f, use("1"), next)
-		if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || !hasEvent(r, EventPromoted) {
+		if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || !hasEvent(r, v1alpha1.EventConfigPromoted) {
 			t.Fatalf("the retry: state %v, err %v, events %v; want ACTIVE and promoted", r.State, r.Err, r.Events)
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -26,8 +27,8 @@ var ErrInvalid = errors.New("invalid report")
 
 // Reserved condition types belong to the kubelet or to statusd itself.
 var Reserved = map[string]bool{
-	"Ready": true, "MemoryPressure": true, "DiskPressure": true, "PIDPressure": true,
-	"NetworkUnavailable": true, v1alpha1.NodeConditionConfigReady: true,
+	string(corev1.NodeReady): true, string(corev1.NodeMemoryPressure): true, string(corev1.NodeDiskPressure): true,
+	string(corev1.NodePIDPressure): true, string(corev1.NodeNetworkUnavailable): true, v1alpha1.NodeConditionConfigReady: true,
 }
 
 // MaxReporters caps distinct reporter names so a caller cannot grow the

@@ -6,7 +6,6 @@ package setters
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -29,35 +28,13 @@ type Named struct {
 	Set     Setter
 }
 
-// The names statusd owns on the Node.
-const (
-	ConfigStatusAnnotation = v1alpha1.NodeAnnotationConfigStatus
-	ConditionNodeConfig    = v1alpha1.NodeConditionConfigReady
-)
-
-// Reasons of the NodeConfigReady condition, one per lifecycle state.
-const (
-	ReasonLocalDefault           = "LocalDefault"
-	ReasonSoaking                = "Soaking"
-	ReasonActive                 = "Active"
-	ReasonRolledBack             = "RolledBack"
-	ReasonActivating             = "Activating"
-	ReasonCheckpointdUnavailable = "CheckpointdUnavailable"
-	// The consumer (the kubelet) is being restarted onto the active config,
-	// or is restarted and not yet healthy: the soak has not begun.
-	ReasonRestarting       = "Restarting"
-	ReasonWaitingForHealth = "WaitingForHealth"
-	// The consumer did not run the config healthy: rolled back, or nothing
-	// was left to roll back to.
-	ReasonConsumerUnhealthy = nodeconfigv1.ReasonConsumerUnhealthy
-)
-
 // RecordsFunc returns the node's current records, or an error when
 // checkpointd cannot be reached. Typically recordwatch.Follower.Records.
 type RecordsFunc func() (*nodeconfigv1.Records, error)
 
-// ConfigStatus writes the NodeConfigStatus as JSON, in the shape of the core
-// API's NodeConfigStatus, to the nodeconfig.io/config-status annotation.
+// ConfigStatus writes the NodeConfigStatus to the nodeconfig.io/config-status
+// annotation (v1alpha1.EncodeNodeConfigStatus: JSON, in the shape of the
+// core API's NodeConfigStatus).
 // While checkpointd is unreachable it leaves the last reported status alone:
 // it is still the best knowledge anyone has.
 func ConfigStatus(records RecordsFunc) Setter {
@@ -66,14 +43,14 @@ func ConfigStatus(records RecordsFunc) Setter {
 		if err != nil {
 			return nil
 		}
-		buf, err := json.Marshal(CoreStatus(recs.Status()))
+		value, err := v1alpha1.EncodeNodeConfigStatus(CoreStatus(recs.Status()))
 		if err != nil {
 			return err
 		}
 		if node.Annotations == nil {
 			node.Annotations = map[string]string{}
 		}
-		node.Annotations[ConfigStatusAnnotation] = string(buf)
+		node.Annotations[v1alpha1.NodeAnnotationConfigStatus] = value
 		return nil
 	}
 }
@@ -102,7 +79,8 @@ func coreSource(src *nodeconfigv1.ConfigSource) *corev1.NodeConfigSource {
 }
 
 // NodeConfigReady sets the NodeConfigReady condition from the records: one
-// reason per lifecycle state, and a message that is never empty.
+// reason per lifecycle state (v1alpha1.NodeReason...), or the reason of the
+// records' error, and a message that is never empty.
 func NodeConfigReady(records RecordsFunc) Setter {
 	return func(_ context.Context, node *corev1.Node) error {
 		SetCondition(node, ReadyCondition(records))
@@ -112,10 +90,10 @@ func NodeConfigReady(records RecordsFunc) Setter {
 
 // ReadyCondition computes the NodeConfigReady condition.
 func ReadyCondition(records RecordsFunc) metav1.Condition {
-	c := metav1.Condition{Type: ConditionNodeConfig}
+	c := metav1.Condition{Type: v1alpha1.NodeConditionConfigReady}
 	recs, err := records()
 	if err != nil {
-		c.Status, c.Reason = metav1.ConditionUnknown, ReasonCheckpointdUnavailable
+		c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.NodeReasonCheckpointdUnavailable
 		c.Message = fmt.Sprintf("cannot read the node's config records from checkpointd: %v", err)
 		return c
 	}
@@ -123,8 +101,8 @@ func ReadyCondition(records RecordsFunc) metav1.Condition {
 	cfgErr := recs.GetError().GetError()
 	switch {
 	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonRolledBack
-		if r := cfgErr.GetReason(); r == ReasonConsumerUnhealthy || r == nodeconfigv1.ReasonStartGuardFellBack {
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.NodeReasonRolledBack
+		if r := cfgErr.GetReason(); r == nodeconfigv1.ReasonConsumerUnhealthy || r == nodeconfigv1.ReasonStartGuardFellBack {
 			// The kubelet's own failure on the config: its reason says so.
 			c.Reason = r
 		}
@@ -133,31 +111,31 @@ func ReadyCondition(records RecordsFunc) metav1.Condition {
 		c.Status, c.Reason = metav1.ConditionFalse, cfgErr.GetReason()
 		c.Message = fmt.Sprintf("%s; retrying, still using %s", cfgErr.GetMessage(), recs.GetActive().GetSource().Describe())
 	case assigned == nil:
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonLocalDefault
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.NodeReasonLocalDefault
 		c.Message = "no config is assigned; the node uses its local default"
 	case !nodeconfigv1.SameSource(assigned.GetSource(), recs.GetActive().GetSource()):
-		c.Status, c.Reason = metav1.ConditionUnknown, ReasonActivating
+		c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.NodeReasonActivating
 		c.Message = fmt.Sprintf("%s is assigned and about to be activated", assigned.GetSource().Describe())
 	case recs.Soaking() && recs.SoakStart().IsZero():
-		c.Status, c.Reason = metav1.ConditionUnknown, ReasonRestarting
+		c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.NodeReasonRestarting
 		c.Message = fmt.Sprintf("%s is active; restarting the consumer onto it", assigned.GetSource().Describe())
 		if cr := recs.GetConsumer(); cr.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING && nodeconfigv1.SameSource(cr.GetSource(), assigned.GetSource()) {
-			c.Reason = ReasonWaitingForHealth
+			c.Reason = v1alpha1.NodeReasonWaitingForHealth
 			c.Message = fmt.Sprintf("%s is active; the consumer was restarted onto it at %s and is not healthy yet; the soak begins when it is",
 				assigned.GetSource().Describe(), cr.GetSince().AsTime().UTC().Format(time.RFC3339))
 		}
 	case recs.GetConsumer().GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY &&
 		nodeconfigv1.SameSource(recs.GetConsumer().GetSource(), recs.GetActive().GetSource()):
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonConsumerUnhealthy
+		c.Status, c.Reason = metav1.ConditionFalse, nodeconfigv1.ReasonConsumerUnhealthy
 		c.Message = fmt.Sprintf("%s; nothing better to roll back to", recs.GetConsumer().GetMessage())
 	case recs.Soaking():
 		// The end time, not a countdown: a countdown would change the Node
 		// on every sync and turn the status into a heartbeat.
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonSoaking
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.NodeReasonSoaking
 		c.Message = fmt.Sprintf("%s is active and on trial until %s (%ds soak); it becomes last-known-good then if still active",
 			assigned.GetSource().Describe(), recs.SoakEnd().UTC().Format(time.RFC3339), assigned.GetSoakSeconds())
 	default:
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonActive
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.NodeReasonActive
 		c.Message = fmt.Sprintf("%s is active and last-known-good", assigned.GetSource().Describe())
 	}
 	return c
@@ -215,5 +193,5 @@ func RemoveCondition(node *corev1.Node, conditionType string) {
 // active (and not failed): checkpointd activates right after assigning, so
 // it is about to pass by itself.
 func Activating(records RecordsFunc) bool {
-	return ReadyCondition(records).Reason == ReasonActivating
+	return ReadyCondition(records).Reason == v1alpha1.NodeReasonActivating
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 func src(rv string) *nodeconfigv1.ConfigSource {
@@ -34,48 +35,48 @@ func TestReadyConditionOneReasonPerState(t *testing.T) {
 		reason   string
 		contains string
 	}{
-		{"nothing assigned", records(&nodeconfigv1.Records{}), metav1.ConditionTrue, ReasonLocalDefault, "local default"},
+		{"nothing assigned", records(&nodeconfigv1.Records{}), metav1.ConditionTrue, v1alpha1.NodeReasonLocalDefault, "local default"},
 		{"soaking", records(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
 			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
-		}), metav1.ConditionTrue, ReasonSoaking, "until 2026-01-01T00:10:00Z"},
+		}), metav1.ConditionTrue, v1alpha1.NodeReasonSoaking, "until 2026-01-01T00:10:00Z"},
 		{"soaking from the consumer's healthy time", records(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
 			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
 			Consumer: &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, Since: timestamppb.New(written.AsTime().Add(time.Minute))},
-		}), metav1.ConditionTrue, ReasonSoaking, "until 2026-01-01T00:11:00Z"},
+		}), metav1.ConditionTrue, v1alpha1.NodeReasonSoaking, "until 2026-01-01T00:11:00Z"},
 		{"restarting the consumer", records(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
 			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
 			Consumer: &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, Since: written},
-		}), metav1.ConditionUnknown, ReasonRestarting, "restarting the consumer"},
+		}), metav1.ConditionUnknown, v1alpha1.NodeReasonRestarting, "restarting the consumer"},
 		{"waiting for the consumer's health", records(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
 			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
 			Consumer: &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, Since: written},
-		}), metav1.ConditionUnknown, ReasonWaitingForHealth, "not healthy yet"},
+		}), metav1.ConditionUnknown, v1alpha1.NodeReasonWaitingForHealth, "not healthy yet"},
 		{"rolled back for the consumer", records(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("2")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
 			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
-			Error:         &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: ReasonConsumerUnhealthy, Message: "connection refused"}},
-		}), metav1.ConditionFalse, ReasonConsumerUnhealthy, "connection refused; rolled back to"},
+			Error:         &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: nodeconfigv1.ReasonConsumerUnhealthy, Message: "connection refused"}},
+		}), metav1.ConditionFalse, nodeconfigv1.ReasonConsumerUnhealthy, "connection refused; rolled back to"},
 		{"consumer unhealthy on last-known-good", records(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
 			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
 			Consumer:      &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY, Message: "healthz answered 500"},
-		}), metav1.ConditionFalse, ReasonConsumerUnhealthy, "healthz answered 500; nothing better"},
+		}), metav1.ConditionFalse, nodeconfigv1.ReasonConsumerUnhealthy, "healthz answered 500; nothing better"},
 		{"active", records(&nodeconfigv1.Records{
 			Assigned:      &nodeconfigv1.AssignedRecord{Source: src("1")},
 			Active:        &nodeconfigv1.SourceRecord{Source: src("1")},
 			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
-		}), metav1.ConditionTrue, ReasonActive, "last-known-good"},
+		}), metav1.ConditionTrue, v1alpha1.NodeReasonActive, "last-known-good"},
 		{"rolled back", records(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("2")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
 			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")}, Error: late,
-		}), metav1.ConditionFalse, ReasonRolledBack, "bad yaml at line 2"},
+		}), metav1.ConditionFalse, v1alpha1.NodeReasonRolledBack, "bad yaml at line 2"},
 		{"early error", records(&nodeconfigv1.Records{Error: early}), metav1.ConditionFalse, "DownloadFailed", "not found"},
-		{"activating", records(&nodeconfigv1.Records{Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}}), metav1.ConditionUnknown, ReasonActivating, "about to be activated"},
-		{"checkpointd down", func() (*nodeconfigv1.Records, error) { return nil, errors.New("connection refused") }, metav1.ConditionUnknown, ReasonCheckpointdUnavailable, "connection refused"},
+		{"activating", records(&nodeconfigv1.Records{Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}}), metav1.ConditionUnknown, v1alpha1.NodeReasonActivating, "about to be activated"},
+		{"checkpointd down", func() (*nodeconfigv1.Records, error) { return nil, errors.New("connection refused") }, metav1.ConditionUnknown, v1alpha1.NodeReasonCheckpointdUnavailable, "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ReadyCondition(tc.recs)
@@ -96,16 +97,16 @@ func TestConfigStatusAnnotationHasCoreShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	var st corev1.NodeConfigStatus
-	if err := json.Unmarshal([]byte(node.Annotations[ConfigStatusAnnotation]), &st); err != nil {
+	if err := json.Unmarshal([]byte(node.Annotations[v1alpha1.NodeAnnotationConfigStatus]), &st); err != nil {
 		t.Fatal(err)
 	}
 	if st.Assigned.ConfigMap.ResourceVersion != "2" || st.Active.ConfigMap.KubeletConfigKey != "k" || st.LastKnownGood != nil || st.Error != "boom" {
-		t.Fatalf("annotation = %s", node.Annotations[ConfigStatusAnnotation])
+		t.Fatalf("annotation = %s", node.Annotations[v1alpha1.NodeAnnotationConfigStatus])
 	}
 	// Unreachable checkpointd: the last reported status stays.
-	before := node.Annotations[ConfigStatusAnnotation]
+	before := node.Annotations[v1alpha1.NodeAnnotationConfigStatus]
 	_ = ConfigStatus(func() (*nodeconfigv1.Records, error) { return nil, errors.New("down") })(context.Background(), node)
-	if node.Annotations[ConfigStatusAnnotation] != before {
+	if node.Annotations[v1alpha1.NodeAnnotationConfigStatus] != before {
 		t.Fatal("annotation changed while checkpointd was unreachable")
 	}
 }
@@ -114,19 +115,19 @@ func TestSetConditionMovesTransitionTimeOnlyOnStatusChange(t *testing.T) {
 	old := metav1.NewTime(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))
 	node := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
 		{Type: "Other", Status: corev1.ConditionTrue, Reason: "Theirs"},
-		{Type: ConditionNodeConfig, Status: corev1.ConditionTrue, Reason: ReasonSoaking, Message: "a", LastTransitionTime: old},
+		{Type: v1alpha1.NodeConditionConfigReady, Status: corev1.ConditionTrue, Reason: v1alpha1.NodeReasonSoaking, Message: "a", LastTransitionTime: old},
 	}}}
-	SetCondition(node, metav1.Condition{Type: ConditionNodeConfig, Status: metav1.ConditionTrue, Reason: ReasonActive, Message: "b"})
-	if c := node.Status.Conditions[1]; !c.LastTransitionTime.Equal(&old) || c.Reason != ReasonActive {
+	SetCondition(node, metav1.Condition{Type: v1alpha1.NodeConditionConfigReady, Status: metav1.ConditionTrue, Reason: v1alpha1.NodeReasonActive, Message: "b"})
+	if c := node.Status.Conditions[1]; !c.LastTransitionTime.Equal(&old) || c.Reason != v1alpha1.NodeReasonActive {
 		t.Fatalf("same status moved the transition time or lost the reason: %+v", c)
 	}
-	SetCondition(node, metav1.Condition{Type: ConditionNodeConfig, Status: metav1.ConditionFalse, Reason: ReasonRolledBack, Message: "c"})
+	SetCondition(node, metav1.Condition{Type: v1alpha1.NodeConditionConfigReady, Status: metav1.ConditionFalse, Reason: v1alpha1.NodeReasonRolledBack, Message: "c"})
 	c := node.Status.Conditions[1]
 	if c.LastTransitionTime.Equal(&old) || c.LastHeartbeatTime.IsZero() {
 		t.Fatalf("status change kept the old transition time or has no change time: %+v", c)
 	}
 	before := c.LastHeartbeatTime
-	SetCondition(node, metav1.Condition{Type: ConditionNodeConfig, Status: metav1.ConditionFalse, Reason: ReasonRolledBack, Message: "c"})
+	SetCondition(node, metav1.Condition{Type: v1alpha1.NodeConditionConfigReady, Status: metav1.ConditionFalse, Reason: v1alpha1.NodeReasonRolledBack, Message: "c"})
 	if c := node.Status.Conditions[1]; !c.LastHeartbeatTime.Equal(&before) {
 		t.Fatalf("an unchanged condition moved its lastHeartbeatTime (a heartbeat write): %+v", c)
 	}
