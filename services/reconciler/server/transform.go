@@ -23,9 +23,11 @@ func slim(obj any) (any, error) {
 var nodeTypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}
 
 // slimNode is the Node informer's transform: of a Node's metadata it keeps
-// the identity, the labels (what selectors read) and the abandoned mark.
-// The managed fields and the other annotations (statusd's config status
-// among them) are kilobytes per Node, times the fleet, and held for as
+// the identity, the labels (what selectors read), the abandoned mark, and
+// of statusd's config status only the error (a change of it is the node's
+// own rollback, which the controller acts on at once; nodes without an
+// error keep nothing of it). The managed fields and the rest of the
+// annotations are kilobytes per Node, times the fleet, and held for as
 // long as the cache; the metadata informer already left out spec and
 // status. Label keys and values most Nodes share (zone, architecture,
 // pool) are kept once, through labels. Tombstones and other objects pass
@@ -49,8 +51,31 @@ func slimNode(labels *intern.Strings) cache.TransformFunc {
 		if v, ok := n.Annotations[v1alpha1.AnnotationAbandoned]; ok {
 			kept.Annotations = map[string]string{v1alpha1.AnnotationAbandoned: v}
 		}
+		if e := reportedError(n.Annotations[v1alpha1.NodeAnnotationConfigStatus]); e != "" {
+			if kept.Annotations == nil {
+				kept.Annotations = make(map[string]string, 1)
+			}
+			kept.Annotations[v1alpha1.NodeAnnotationConfigStatus] = e
+		}
 		return kept, nil
 	}
+}
+
+// reportedError is the config-status annotation cut to its error, in the
+// annotation's own encoding ("" when there is none or it does not decode).
+func reportedError(annotation string) string {
+	if annotation == "" {
+		return ""
+	}
+	st, err := v1alpha1.DecodeNodeConfigStatus(annotation)
+	if err != nil || st.Error == "" {
+		return ""
+	}
+	kept, err := v1alpha1.EncodeNodeConfigStatus(corev1.NodeConfigStatus{Error: st.Error})
+	if err != nil {
+		return ""
+	}
+	return kept
 }
 
 // nodeLabelStrings bounds the label keys and values kept once: above the

@@ -106,3 +106,45 @@ func TestAgentPodOnlyKeepsWhatFindingTheAgentNeeds(t *testing.T) {
 		t.Errorf("kept what the reconciler never reads: annotations %v, containers %v", p.Annotations, p.Spec.Containers)
 	}
 }
+
+// A node's own rollback shows in the error of its config-status annotation:
+// the cache keeps that error (and only it), so that the controller sees the
+// change at once, not at the node's next sync.
+func TestSlimNodeKeepsTheNodesReportedError(t *testing.T) {
+	slimNode := slimNode(intern.New(16))
+	status := func(errMsg string) string {
+		s, err := v1alpha1.EncodeNodeConfigStatus(corev1.NodeConfigStatus{
+			Assigned: &corev1.NodeConfigSource{ConfigMap: &corev1.ConfigMapNodeConfigSource{Namespace: "ns", Name: "cm", KubeletConfigKey: "k", ResourceVersion: "2"}},
+			Error:    errMsg,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	reported := func(annotation string) string {
+		out, err := slimNode(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "n1",
+			Annotations: map[string]string{v1alpha1.NodeAnnotationConfigStatus: annotation}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, ok := out.(*metav1.PartialObjectMetadata).Annotations[v1alpha1.NodeAnnotationConfigStatus]
+		if !ok {
+			return ""
+		}
+		st, err := v1alpha1.DecodeNodeConfigStatus(kept)
+		if err != nil {
+			t.Fatalf("kept %q: %v", kept, err)
+		}
+		if st.Assigned != nil {
+			t.Errorf("kept %q: more than the error", kept)
+		}
+		return st.Error
+	}
+	if got := reported(status("rolled back: the kubelet did not become healthy")); got != "rolled back: the kubelet did not become healthy" {
+		t.Errorf("kept error %q; want the node's", got)
+	}
+	if got := reported(status("")); got != "" {
+		t.Errorf("kept error %q; want none", got)
+	}
+}
