@@ -214,7 +214,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			// Often enough to see each short-lived process of a crash loop.
 			return waitingPoll
 		}
-		if g.heldByRuntime(ctx, active) {
+		if g.waitsForRuntime(ctx, active) {
 			return g.Period
 		}
 		if crashing {
@@ -249,7 +249,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		g.Log.Warn("consumer probe failed", "failures", *failures, "detail", detail)
 		if *failures >= g.FailureThreshold {
 			*failures = 0
-			if g.heldByRuntime(ctx, active) {
+			if g.waitsForRuntime(ctx, active) {
 				return g.Period
 			}
 			msg := fmt.Sprintf("the consumer turned unhealthy on %s (%d failed probes in a row): %s", active.Describe(), g.FailureThreshold, detail)
@@ -367,10 +367,10 @@ func (g *Gate) restartedOutside(active *nodeconfigv1.ConfigSource, id string) ti
 	return g.retry(err)
 }
 
-// heldByRuntime asks the container runtime before the config is blamed:
+// waitsForRuntime asks the container runtime before the config is blamed:
 // when it is not ready, the consumer waits for it instead (WAITING stops the
 // soak) and nothing is blamed.
-func (g *Gate) heldByRuntime(ctx context.Context, active *nodeconfigv1.ConfigSource) bool {
+func (g *Gate) waitsForRuntime(ctx context.Context, active *nodeconfigv1.ConfigSource) bool {
 	if g.Runtime == nil {
 		return false
 	}

@@ -29,19 +29,16 @@ import (
 // SHA256 and SizeBytes stay those of the uncompressed data: clients see the
 // same digests as before.
 //
-// A bucket per payload: bbolt keeps at least two values in a leaf, and
-// copies a whole leaf when one of its values changes, so 64 KiB values side
-// by side in one bucket made each put rewrite its neighbours too (about
-// 200 KiB written per lone 64 KiB put). In a bucket of its own a payload is
-// written once; what changes in the parent is a 16-byte bucket header.
+// A bucket per payload: bbolt keeps at least two values in a leaf and
+// copies a whole leaf when one of its values changes, so payloads side by
+// side in one bucket would make each put rewrite its neighbours. In a
+// bucket of its own a payload is written once; what changes in the parent
+// is a small bucket header.
 //
-// S2 (github.com/klauspost/compress/s2, a Snappy extension) because on the
-// 2-core machine the benchmarks run on, with 32 writers, encoding competes
-// with the commit for CPU. On 64 KiB of kubelet-like YAML: S2 writes 1.55×
-// fewer bytes at about 420 MB/s of one core (0.15 ms); zstd at its fastest
-// level 2.14× fewer at about 100 MB/s (0.66 ms), which made 32 concurrent
-// writers slower than writing JSON uncompressed; flate at level 1 2.09× at
-// about 35 MB/s. S2 decodes at about 1.8 GB/s.
+// S2 (github.com/klauspost/compress/s2, a Snappy extension) because
+// encoding competes with the commit for CPU when many writers put at once:
+// a stronger codec saves bytes but makes concurrent puts slower
+// (docs/decisions.md has the figures).
 var (
 	keyHeader = []byte("header")
 	keyData   = []byte("data")
