@@ -115,6 +115,7 @@ lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code 
 	buf format -d --exit-code
 	@hack/check-generated.sh
 	@hack/check-breaking.sh
+	@hack/check-modules.sh
 
 build-race: testbin ## the three services (and the reconciler's kubelet validator) built with the race detector into ./bin/race (with the control plane linked in)
 	@mkdir -p $(BIN)/race

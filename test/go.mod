@@ -18,7 +18,7 @@ require (
 	github.com/prometheus/procfs v0.22.0
 	github.com/vishvananda/netlink v1.3.1
 	golang.org/x/oauth2 v0.37.0
-	golang.org/x/sync v0.23.0
+	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.48.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
@@ -30,8 +30,69 @@ require (
 	nodeconfig.io/proto v0.0.0
 	nodeconfig.io/services/api v0.0.0
 	nodeconfig.io/services/checkpointd v0.0.0-00010101000000-000000000000
+	nodeconfig.io/services/servekit v0.0.0
 	nodeconfig.io/services/statusd v0.0.0-00010101000000-000000000000
 	sigs.k8s.io/yaml v1.6.0
+)
+
+require (
+	cel.dev/expr v0.25.3 // indirect
+	cyphar.com/go-pathrs v0.2.2 // indirect
+	github.com/Microsoft/go-winio v0.6.2 // indirect
+	github.com/NYTimes/gziphandler v1.1.1 // indirect
+	github.com/antlr4-go/antlr/v4 v4.13.0 // indirect
+	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
+	github.com/coreos/go-semver v0.3.1 // indirect
+	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
+	github.com/cyphar/filepath-securejoin v0.6.1 // indirect
+	github.com/distribution/reference v0.6.0 // indirect
+	github.com/felixge/httpsnoop v1.0.4 // indirect
+	github.com/fsnotify/fsnotify v1.9.0 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/godbus/dbus/v5 v5.2.4 // indirect
+	github.com/gogo/protobuf v1.3.2 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/google/cel-go v0.26.0 // indirect
+	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
+	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0 // indirect
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.3 // indirect
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.27.7 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	github.com/moby/spdystream v0.5.1 // indirect
+	github.com/moby/sys/userns v0.1.0 // indirect
+	github.com/opencontainers/cgroups v0.0.6 // indirect
+	github.com/opencontainers/selinux v1.13.1 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
+	github.com/sirupsen/logrus v1.9.4 // indirect
+	github.com/stoewer/go-strcase v1.3.0 // indirect
+	go.etcd.io/etcd/api/v3 v3.6.8 // indirect
+	go.etcd.io/etcd/client/pkg/v3 v3.6.8 // indirect
+	go.etcd.io/etcd/client/v3 v3.6.8 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.65.0 // indirect
+	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.65.0 // indirect
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.40.0 // indirect
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.40.0 // indirect
+	go.opentelemetry.io/otel/metric v1.45.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.45.0 // indirect
+	go.opentelemetry.io/proto/otlp v1.9.0 // indirect
+	go.uber.org/multierr v1.11.0 // indirect
+	go.uber.org/zap v1.27.1 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/exp v0.0.0-20251219203646-944ab1f22d93 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
+	k8s.io/apiserver v0.36.3 // indirect
+	k8s.io/cloud-provider v0.0.0 // indirect
+	k8s.io/component-helpers v0.36.3 // indirect
+	k8s.io/controller-manager v0.36.3 // indirect
+	k8s.io/cri-api v0.36.3 // indirect
+	k8s.io/cri-client v0.0.0 // indirect
+	k8s.io/kms v0.36.3 // indirect
+	k8s.io/mount-utils v0.0.0 // indirect
+	k8s.io/streaming v0.36.3 // indirect
+	nodeconfig.io/services/configcheck v0.0.0 // indirect
+	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.34.0 // indirect
 )
 
 require (
@@ -42,7 +103,7 @@ require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.0 // indirect
-	github.com/go-jose/go-jose/v4 v4.1.4 // indirect
+	github.com/go-jose/go-jose/v4 v4.1.4
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-openapi/jsonpointer v0.21.0 // indirect
 	github.com/go-openapi/jsonreference v0.20.2 // indirect
@@ -84,7 +145,76 @@ require (
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a // indirect
 	k8s.io/kubelet v0.36.3 // indirect
+	k8s.io/kubernetes v1.36.3 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.3 // indirect
 )
+
+replace k8s.io/api => k8s.io/api v0.36.3
+
+replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.36.3
+
+replace k8s.io/apimachinery => k8s.io/apimachinery v0.36.3
+
+replace k8s.io/apiserver => k8s.io/apiserver v0.36.3
+
+replace k8s.io/cli-runtime => k8s.io/cli-runtime v0.36.3
+
+replace k8s.io/client-go => k8s.io/client-go v0.36.3
+
+replace k8s.io/cloud-provider => k8s.io/cloud-provider v0.36.3
+
+replace k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.36.3
+
+replace k8s.io/code-generator => k8s.io/code-generator v0.36.3
+
+replace k8s.io/component-base => k8s.io/component-base v0.36.3
+
+replace k8s.io/component-helpers => k8s.io/component-helpers v0.36.3
+
+replace k8s.io/controller-manager => k8s.io/controller-manager v0.36.3
+
+replace k8s.io/cri-api => k8s.io/cri-api v0.36.3
+
+replace k8s.io/cri-client => k8s.io/cri-client v0.36.3
+
+replace k8s.io/cri-streaming => k8s.io/cri-streaming v0.36.3
+
+replace k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.36.3
+
+replace k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.36.3
+
+replace k8s.io/endpointslice => k8s.io/endpointslice v0.36.3
+
+replace k8s.io/externaljwt => k8s.io/externaljwt v0.36.3
+
+replace k8s.io/kms => k8s.io/kms v0.36.3
+
+replace k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.36.3
+
+replace k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.36.3
+
+replace k8s.io/kube-proxy => k8s.io/kube-proxy v0.36.3
+
+replace k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.36.3
+
+replace k8s.io/kubectl => k8s.io/kubectl v0.36.3
+
+replace k8s.io/kubelet => k8s.io/kubelet v0.36.3
+
+replace k8s.io/metrics => k8s.io/metrics v0.36.3
+
+replace k8s.io/mount-utils => k8s.io/mount-utils v0.36.3
+
+replace k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.36.3
+
+replace k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.36.3
+
+replace k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.36.3
+
+replace k8s.io/sample-controller => k8s.io/sample-controller v0.36.3
+
+replace k8s.io/streaming => k8s.io/streaming v0.36.3
+
+replace nodeconfig.io/services/configcheck => ../services/configcheck
