@@ -130,7 +130,7 @@ RACE_E2E := TestFleetMaxInTrialNeverExceeded|TestFleetMaxFailuresHaltsAfterFirst
 
 test: lint build build-race testbin nodebin node-packages images ## lint, then every unit and integration test, the race pass, the real node, and one pass of each benchmark
 	go test -run '^$$' -bench . -benchtime 1x nodeconfig.io/services/... nodeconfig.io/test/e2e
-	go run nodeconfig.io/test/cmd/fleet -nodes 20 -cold-reviews=false
+	go run nodeconfig.io/test/bench/fleet -nodes 20 -cold-reviews=false
 	go test $(TEST_FLAGS) $$(go list $(PACKAGES) | grep -v /test/realnode)
 	@# The race pass: the services' unit tests, then e2e tests driving binaries built with -race
 	@# and client-go's cache mutation detector on (a race report or an altered cache object in
@@ -154,11 +154,11 @@ bench: build testbin nodebin node-packages images ## every performance figure in
 	go test -run '^$$' -bench PutCheckpointConcurrent -benchtime 3x -count 5 nodeconfig.io/services/checkpointd/internal/grpcapi | tee -a $(BENCH_OUT)
 	go test -run '^$$' -bench AssignmentLatency -benchtime 200x nodeconfig.io/test/e2e | tee -a $(BENCH_OUT)
 	go test -run '^$$' -bench 'WritesPerNode|SteadyState' -benchtime 3x nodeconfig.io/test/e2e | tee -a $(BENCH_OUT)
-	go run nodeconfig.io/test/cmd/fleet -nodes 1000 | tee -a $(BENCH_OUT)
+	go run nodeconfig.io/test/bench/fleet -nodes 1000 | tee -a $(BENCH_OUT)
 	@# The same change as after a quiet hour: every node's token due for renewal, every review expired.
-	go run nodeconfig.io/test/cmd/fleet -nodes 1000 -tokens-due 60s | tee -a $(BENCH_OUT)
+	go run nodeconfig.io/test/bench/fleet -nodes 1000 -tokens-due 60s | tee -a $(BENCH_OUT)
 	@# The same fleet around authentication (unix sockets): what TLS and the per-node tokens cost.
-	go run nodeconfig.io/test/cmd/fleet -nodes 1000 -auth=false | tee -a $(BENCH_OUT)
+	go run nodeconfig.io/test/bench/fleet -nodes 1000 -auth=false | tee -a $(BENCH_OUT)
 	go test -short -run '^$$' -bench KubeletRunsNewConfig -benchtime 20x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
 	go test -short -run '^$$' -bench BadConfigToHealthyLastKnownGood -benchtime 10x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
 	@echo; $(MAKE) --no-print-directory bench-table
@@ -166,7 +166,7 @@ bench: build testbin nodebin node-packages images ## every performance figure in
 fleet-bench: build testbin nodebin ## one fleet run of FLEET_NODES nodes (a rollout to FLEET_SELECT of them, 0: all) appended to docs/bench/latest.txt (the 5,000-node rows: FLEET_NODES=5000), then the table
 	@mkdir -p $(dir $(BENCH_OUT))
 	@$(call BENCH_RUN,make fleet-bench FLEET_NODES=$(FLEET_NODES)$(if $(filter-out 0,$(FLEET_SELECT)), FLEET_SELECT=$(FLEET_SELECT))) >> $(BENCH_OUT)
-	go run nodeconfig.io/test/cmd/fleet -nodes $(FLEET_NODES) -select $(FLEET_SELECT) | tee -a $(BENCH_OUT)
+	go run nodeconfig.io/test/bench/fleet -nodes $(FLEET_NODES) -select $(FLEET_SELECT) | tee -a $(BENCH_OUT)
 	@echo; $(MAKE) --no-print-directory bench-table
 
 # The 32-writer speedup swings with this VM's disk: five consecutive runs
@@ -179,10 +179,10 @@ store-bench: ## five consecutive runs of the 32-writer put benchmark into docs/b
 	go test -run '^$$' -bench PutCheckpointConcurrent -benchtime 3x -count 5 nodeconfig.io/services/checkpointd/internal/grpcapi | tee -a $(STORE_BENCH_OUT)
 
 bench-table: ## the table of docs/performance.md rendered again from docs/bench/latest.txt (fails on a missed target)
-	go run nodeconfig.io/test/cmd/benchtable -write docs/performance.md $(BENCH_OUT)
+	go run nodeconfig.io/test/bench/benchtable -write docs/performance.md $(BENCH_OUT)
 
 fleet: build testbin nodebin ## the fleet benchmark alone, nothing saved: FLEET_NODES simulated nodes (default 1000)
-	go run nodeconfig.io/test/cmd/fleet -nodes $(FLEET_NODES)
+	go run nodeconfig.io/test/bench/fleet -nodes $(FLEET_NODES)
 
 fuzz: ## fuzz each target for FUZZTIME (default 30s)
 	@hack/fuzz.sh $(FUZZTIME)

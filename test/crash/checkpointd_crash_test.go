@@ -19,7 +19,7 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/servekit/atomicfile"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/sim"
 )
 
 var (

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/sim"
 )
 
 // A store damaged on disk makes checkpointd refuse to start with a clear

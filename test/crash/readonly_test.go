@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/servekit/readonlymount"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/readonlymount"
+	"nodeconfig.io/test/framework/sim"
 )
 
 // A read-only target directory fails activation with the cause and leaves

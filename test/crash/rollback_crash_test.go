@@ -27,7 +27,7 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/servekit/atomicfile"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/sim"
 )
 
 var rollbackKillsFlag = flag.Int("crash.rollback-kills", 0, "SIGKILLs the rollback crash test sends (0: $CRASH_ROLLBACK_KILLS, else 30)")

@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/servekit/readonlymount"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/readonlymount"
 )
 
 // An activation that fails to write the file (a read-only target

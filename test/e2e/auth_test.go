@@ -22,10 +22,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/agenttls"
-	"nodeconfig.io/test/cluster"
-	"nodeconfig.io/test/proc"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/cluster"
+	"nodeconfig.io/test/framework/pki"
+	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
 )
 
 const (
@@ -42,7 +42,7 @@ func audienceOf(node string) string { return strings.ReplaceAll(agentAudience, "
 // TokenReview, as the DaemonSet runs them.
 type secureEnv struct {
 	*env
-	tls agenttls.Files
+	tls pki.AgentTLS
 }
 
 func newSecureEnv(t *testing.T) *secureEnv { return newSecureNodes(t, 1) }
@@ -58,7 +58,7 @@ func newSecureNodesWith(t testing.TB, n int, more func(i int) sim.NodeOptions) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	agentTLS, err := agenttls.New(dir)
+	agentTLS, err := pki.NewAgentTLS(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/dynamic"
 
-	"nodeconfig.io/test/cluster"
-	"nodeconfig.io/test/sim"
-	"nodeconfig.io/test/testenv"
+	"nodeconfig.io/services/api/client/clientset"
+	"nodeconfig.io/test/framework/cluster"
+	"nodeconfig.io/test/framework/sim"
+	"nodeconfig.io/test/framework/testenv"
 )
 
 // env is one test's world: its own nodes (labelled with the test's name),
@@ -28,7 +28,7 @@ type env struct {
 	label      string
 	nodes      []*sim.Node
 	reconciler *sim.Reconciler
-	dyn        dynamic.Interface
+	ncs        clientset.Interface
 }
 
 // newEnv starts n nodes and a reconciler. Node names and the selector label
@@ -52,11 +52,11 @@ func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
 	}
 	short = strings.Trim(short, "-")
 	root := testenv.ScratchDir(t, "e2e-")
-	dyn, err := dynamic.NewForConfig(c.Config)
+	ncs, err := clientset.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: ctx, c: c, root: root, ns: short, label: short, dyn: dyn}
+	e := &env{t: t, ctx: ctx, c: c, root: root, ns: short, label: short, ncs: ncs}
 	if err := sim.EnsureNamespace(ctx, c, e.ns); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/audit"
+	"nodeconfig.io/test/framework/audit"
 )
 
 // The agent's memory limit in deploy/agent.yaml.

@@ -14,9 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/audit"
-	"nodeconfig.io/test/proc"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/test/framework/audit"
+	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
 )
 
 // The figures that do not depend on the machine's speed are gated here;
@@ -117,7 +118,7 @@ func newSteadyEnv(t testing.TB, nodes int) *steadyEnv {
 		"source":      map[string]any{"configMap": map[string]any{"namespace": s.ns, "name": "cfg", "key": "config.yaml"}},
 		"soakSeconds": int64(1),
 		"rollout":     map[string]any{"maxInTrial": "100%"},
-	}, map[string]string{"nodeconfig.io/reconcile-interval-in-seconds": "1"})
+	}, map[string]string{v1alpha1.AnnotationReconcileInterval: "1"})
 	for _, n := range s.nodes {
 		s.waitNode(n.Name, 60*time.Second, "promoted", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 			return rv(st.LastKnownGood) == cm.ResourceVersion && reasonIs(c, "Active")

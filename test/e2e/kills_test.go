@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/proc"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
 )
 
 // rolloutPayload is version v of a 64 KiB config, so a torn target shows.

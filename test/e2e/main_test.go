@@ -6,7 +6,7 @@ package e2e
 import (
 	"testing"
 
-	"nodeconfig.io/test/cluster"
+	"nodeconfig.io/test/framework/cluster"
 )
 
 func TestMain(m *testing.M) { cluster.Main(m) }

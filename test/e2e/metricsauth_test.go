@@ -17,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"nodeconfig.io/test/agenttls"
-	"nodeconfig.io/test/cluster"
-	"nodeconfig.io/test/proc"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/cluster"
+	"nodeconfig.io/test/framework/pki"
+	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
 )
 
 // The agent's metrics port is on the node's address (host network): with
@@ -33,7 +33,7 @@ func TestAgentMetricsNeedATokenAllowedToGetThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	agentTLS, err := agenttls.New(dir)
+	agentTLS, err := pki.NewAgentTLS(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/sim"
 )
 
 const kubeletHeader = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"

@@ -1,17 +1,20 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	nodeconfigclient "nodeconfig.io/services/api/client/clientset/typed/api/v1alpha1"
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // configMap creates or updates a ConfigMap and returns it.
@@ -37,22 +40,19 @@ func (e *env) nodeConfig(name string, spec map[string]any, annotations map[strin
 	if spec["nodeSelector"] == nil {
 		spec["nodeSelector"] = map[string]any{"matchLabels": map[string]any{"e2e": e.label}}
 	}
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "nodeconfig.io/v1alpha1", "kind": "NodeConfig",
-		"metadata": map[string]any{"name": name},
-		"spec":     spec,
-	}}
-	if annotations != nil {
-		obj.SetAnnotations(annotations)
+	typed, err := specOf(spec)
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	client := e.dyn.Resource(v1alpha1.GroupVersionResource)
+	nc := &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}, Spec: typed}
+	client := e.nodeConfigs()
 	cur, err := client.Get(e.ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		_, err = client.Create(e.ctx, obj, metav1.CreateOptions{})
+		_, err = client.Create(e.ctx, nc, metav1.CreateOptions{})
 	} else if err == nil {
-		obj.SetResourceVersion(cur.GetResourceVersion())
-		obj.SetFinalizers(cur.GetFinalizers())
-		_, err = client.Update(e.ctx, obj, metav1.UpdateOptions{})
+		nc.ResourceVersion = cur.ResourceVersion
+		nc.Finalizers = cur.Finalizers
+		_, err = client.Update(e.ctx, nc, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		e.t.Fatal(err)
@@ -60,12 +60,34 @@ func (e *env) nodeConfig(name string, spec map[string]any, annotations map[strin
 	e.t.Cleanup(func() { e.resetNowAndDelete(name) })
 }
 
+// specOf is a spec as the tests write it (the CRD's JSON) in the Go type. A
+// field the type does not have fails rather than being dropped; the specs
+// the type cannot hold (tryNodeConfig's) go as written.
+func specOf(spec map[string]any) (v1alpha1.NodeConfigSpec, error) {
+	var typed v1alpha1.NodeConfigSpec
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return typed, err
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&typed); err != nil {
+		return typed, fmt.Errorf("spec %s: %w", raw, err)
+	}
+	return typed, nil
+}
+
+// nodeConfigs is the typed client of the NodeConfigs.
+func (e *env) nodeConfigs() nodeconfigclient.NodeConfigInterface {
+	return e.ncs.NodeConfigV1alpha1().NodeConfigs()
+}
+
 // resetNowAndDelete deletes a test's NodeConfig through the emergency exit,
 // so that a paused one, or one outside its windows, lets its nodes go at
 // once: the next test starts from local defaults.
 func (e *env) resetNowAndDelete(name string) {
 	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationResetNow + `":"true"}}}`)
-	_, err := e.dyn.Resource(v1alpha1.GroupVersionResource).Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := e.nodeConfigs().Patch(context.Background(), name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		e.t.Errorf("mark NodeConfig %s %s: %v", name, v1alpha1.AnnotationResetNow, err)
 	}
@@ -85,7 +107,7 @@ func (e *env) use(name, cmName string, extra map[string]any) {
 }
 
 func (e *env) deleteNodeConfigAndWait(name string) {
-	client := e.dyn.Resource(v1alpha1.GroupVersionResource)
+	client := e.nodeConfigs()
 	if err := client.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		e.t.Errorf("delete NodeConfig %s: %v", name, err)
 		return
@@ -101,11 +123,11 @@ func (e *env) deleteNodeConfigAndWait(name string) {
 
 // nodeConfigNow reads the NodeConfig as the API server has it.
 func (e *env) nodeConfigNow(name string) (*v1alpha1.NodeConfig, error) {
-	obj, err := e.dyn.Resource(v1alpha1.GroupVersionResource).Get(context.Background(), name, metav1.GetOptions{})
+	nc, err := e.nodeConfigs().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
-	return v1alpha1.FromUnstructured(obj.Object)
+	return nc, nil
 }
 
 // waitNodeConfig waits until check accepts the NodeConfig, and fails the

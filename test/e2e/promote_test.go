@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // A config that stays active through its soak becomes last-known-good on
@@ -62,7 +62,7 @@ func TestActiveConfigIsPromotedAfterItsNodeConfigIsAbandoned(t *testing.T) {
 	const soak = 6 * time.Second
 	e := newEnv(t, 1)
 	n := e.nodes[0]
-	abandon := map[string]string{"nodeconfig.io/deletion-policy": "abandon"}
+	abandon := map[string]string{v1alpha1.AnnotationDeletionPolicy: "abandon"}
 	src := map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}}
 	v1 := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
 	e.nodeConfig(e.label, map[string]any{"source": src, "soakSeconds": int64(1)}, abandon)
@@ -96,7 +96,7 @@ func TestActiveConfigIsPromotedAfterItsNodeConfigIsAbandoned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if node.Annotations["nodeconfig.io/abandoned-by"] != e.label {
+	if node.Annotations[v1alpha1.AnnotationAbandoned] != e.label {
 		t.Fatalf("node %s not marked abandoned by %s: annotations %v", n.Name, e.label, node.Annotations)
 	}
 

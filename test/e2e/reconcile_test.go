@@ -9,8 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/proc"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
 )
 
 // A periodic reconcile on a jittered interval repairs drift of
@@ -22,7 +23,7 @@ func TestPeriodicReconcileRepairsDrift(t *testing.T) {
 	e.nodeConfig(e.label, map[string]any{
 		"source":      map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}},
 		"soakSeconds": int64(1),
-	}, map[string]string{"nodeconfig.io/reconcile-interval-in-seconds": "1"})
+	}, map[string]string{v1alpha1.AnnotationReconcileInterval: "1"})
 	e.waitNode(n.Name, 20*time.Second, "promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
 		return rv(st.LastKnownGood) == cm.ResourceVersion
 	})
@@ -53,7 +54,7 @@ func TestReconcileIntervalZeroStopsPeriodicButSpecChangeReconciles(t *testing.T)
 	e := newEnv(t, 1)
 	n := e.nodes[0]
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
-	zero := map[string]string{"nodeconfig.io/reconcile-interval-in-seconds": "0"}
+	zero := map[string]string{v1alpha1.AnnotationReconcileInterval: "0"}
 	src := map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}}
 	e.nodeConfig(e.label, map[string]any{"source": src, "soakSeconds": int64(1)}, zero)
 	e.waitNode(n.Name, 20*time.Second, "promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
@@ -84,7 +85,7 @@ func TestDeletionPolicyAbandonKeepsConfigDefaultResets(t *testing.T) {
 	e.nodeConfig("abandon-"+e.label, map[string]any{
 		"source": src, "soakSeconds": int64(1),
 		"nodeSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/hostname": kept.Name}},
-	}, map[string]string{"nodeconfig.io/deletion-policy": "abandon"})
+	}, map[string]string{v1alpha1.AnnotationDeletionPolicy: "abandon"})
 	e.nodeConfig("reset-"+e.label, map[string]any{
 		"source": src, "soakSeconds": int64(1),
 		"nodeSelector": map[string]any{"matchLabels": map[string]any{"kubernetes.io/hostname": reset.Name}},

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -9,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // An invalid nodeSelector is refused by the API with the reason, and the
@@ -72,19 +73,21 @@ func TestInvalidNodeSelectorIsRefusedAndChangesNothing(t *testing.T) {
 	}
 }
 
-// tryNodeConfig updates the test's NodeConfig (created by use or
-// nodeConfig) and returns the API server's answer.
+// tryNodeConfig replaces the spec of the test's NodeConfig (created by use
+// or nodeConfig) and returns the API server's answer. The spec goes as
+// written (a JSON patch), not through the Go type, which would drop before
+// the API server sees it some of what the API must refuse (an empty values
+// list).
 func (e *env) tryNodeConfig(name string, spec map[string]any) error {
 	e.t.Helper()
-	client := e.dyn.Resource(v1alpha1.GroupVersionResource)
-	// The reconciler writes the status meanwhile: retry on its conflicts.
+	patch, err := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec", "value": spec}})
+	if err != nil {
+		return err
+	}
+	// The reconciler writes the status meanwhile; a patch names no
+	// resourceVersion, and is retried on a conflict all the same.
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := client.Get(e.ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		cur.Object["spec"] = spec
-		_, err = client.Update(e.ctx, cur, metav1.UpdateOptions{})
+		_, err := e.nodeConfigs().Patch(e.ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{})
 		return err
 	})
 }

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // "Assigned only updates in the status after the record has been

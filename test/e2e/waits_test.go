@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/nodeview"
-	"nodeconfig.io/test/proc"
-	"nodeconfig.io/test/testenv"
+	"nodeconfig.io/test/framework/nodeview"
+	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/testenv"
 )
 
 // status reads a node's NodeConfigStatus annotation, as users see it.

@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"sigs.k8s.io/yaml"
 
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // Each image loads, runs its binary as a non-root user, is tagged as

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/sim"
 )
 
 // Bad requests over real gRPC get a clear error and change nothing: a

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // The optional components (cert-manager, Prometheus Operator) build into

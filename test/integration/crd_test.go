@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"nodeconfig.io/test/cluster"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/cluster"
+	"nodeconfig.io/test/framework/proc"
 )
 
 func kubectl(t *testing.T, stdin string, args ...string) (string, error) {

@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/test/cluster"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/cluster"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // deploy/ is accepted by server-side validation, installs, and gives each
@@ -129,7 +129,7 @@ func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	// statusd's own kind of patch: condition and annotation through status.
-	patch := []byte(`{"metadata":{"annotations":{"nodeconfig.io/config-status":"{}"}},"status":{"conditions":[{"type":"NodeConfigReady","status":"True","reason":"LocalDefault","message":"m"}]}}`)
+	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.NodeAnnotationConfigStatus + `":"{}"}},"status":{"conditions":[{"type":"NodeConfigReady","status":"True","reason":"LocalDefault","message":"m"}]}}`)
 	// The policy may take a moment to be loaded by the API server.
 	err = proc.WaitFor(20*time.Second, func() (bool, error) {
 		_, err := agent.CoreV1().Nodes().Patch(ctx, "other-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
@@ -178,7 +178,7 @@ func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
 
 	// The reconciler patches only its abandon mark.
 	reconciler := impersonate(t, "system:serviceaccount:nodeconfig-system:nodeconfig-reconciler", "")
-	if _, err := reconciler.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"metadata":{"annotations":{"nodeconfig.io/abandoned-by":"nc"}}}`), metav1.PatchOptions{}); err != nil {
+	if _, err := reconciler.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+v1alpha1.AnnotationAbandoned+`":"nc"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("the reconciler could not set its abandon mark: %v", err)
 	}
 	for what, p := range map[string]string{

@@ -7,7 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"nodeconfig.io/test/cluster"
+	"nodeconfig.io/test/framework/cluster"
 )
 
 // The API server no longer stores Node.spec.configSource or

@@ -16,8 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
-	"nodeconfig.io/test/cluster"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/test/framework/cluster"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // With the API server's priority and fairness on, as clusters run it, the
@@ -55,7 +56,7 @@ func TestAgentsHaveTheirOwnPriorityLevel(t *testing.T) {
 	// The API server loads a new FlowSchema within seconds.
 	var got classification
 	if err := proc.WaitFor(30*time.Second, func() (bool, error) {
-		got, err = classify(ctx, agent, http.MethodPatch, c.URL+"/api/v1/nodes/n1/status", `{"metadata":{"annotations":{"nodeconfig.io/config-status":"{}"}}}`)
+		got, err = classify(ctx, agent, http.MethodPatch, c.URL+"/api/v1/nodes/n1/status", `{"metadata":{"annotations":{"`+v1alpha1.NodeAnnotationConfigStatus+`":"{}"}}}`)
 		return got.schema == schema.UID, err
 	}); err != nil {
 		t.Fatalf("the agent's status patch went to FlowSchema %q, want nodeconfig-agents (%s): %v", got.schema, schema.UID, err)

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // localRun is 'make run' (test/cmd/localrun) started headless with two

@@ -15,18 +15,18 @@ import (
 	"testing"
 	"time"
 
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // makeError is the line GNU make prints when a recipe fails ("make: ***
 // [Makefile:100: run] Error 1") or dies of a signal ("... Interrupt").
 var makeError = regexp.MustCompile(`^make(\[\d+\])?: \*\*\*`)
 
-// Ctrl-C, the documented way to stop 'make run', is no failure (#15 item
-// 10): the terminal sends SIGINT to the foreground process group (make, the
+// Ctrl-C, the documented way to stop 'make run', is no failure: the
+// terminal sends SIGINT to the foreground process group (make, the
 // recipe, localrun and what it started); localrun cleans up and exits 0, so
-// make prints no "make: *** [Makefile:N: run] Error 1" — which it did while
-// the recipe was 'go run', which exits 1 after a Ctrl-C even when the
+// make prints no "make: *** [Makefile:N: run] Error 1" — as it would if
+// the recipe were 'go run', which exits 1 after a Ctrl-C even when the
 // program exits 0. make itself then ends by the SIGINT it received: GNU make
 // re-raises it once its children are done (a shell reports 130, and prints
 // nothing), so that is the one status accepted besides 0.

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // 'make run' headlessly: the local run reaches "ready", every command it
@@ -46,7 +47,7 @@ func TestMakeRunCommandsWorkAsPrinted(t *testing.T) {
 				t.Fatalf("%s:\n%s", c, out)
 			}
 		case strings.Contains(c, "describe node"):
-			if !strings.Contains(out, "NodeConfigReady") || !strings.Contains(out, "nodeconfig.io/config-status") {
+			if !strings.Contains(out, "NodeConfigReady") || !strings.Contains(out, v1alpha1.NodeAnnotationConfigStatus) {
 				t.Fatalf("%s:\n%s", c, out)
 			}
 		}

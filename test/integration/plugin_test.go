@@ -20,23 +20,21 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/client/clientset"
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/test/nodeview"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/nodeview"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // The reconciler's address in 'make run'.
 const makeRunReconciler = "127.0.0.1:7603"
-
-var nodeConfigGVR = v1alpha1.GroupVersionResource
 
 // The built kubectl plugin against 'make run's cluster: status, status -o
 // json, why, pause, resume and diff, each checked against what the API
@@ -58,7 +56,7 @@ func TestKubectlPluginAgainstMakeRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	kube := kubernetes.NewForConfigOrDie(cfg)
-	dyn := dynamic.NewForConfigOrDie(cfg)
+	ncs := clientset.NewForConfigOrDie(cfg)
 	ctx := context.Background()
 
 	run := func(args ...string) (string, string, error) {
@@ -92,7 +90,7 @@ func TestKubectlPluginAgainstMakeRun(t *testing.T) {
 				return false, err
 			}
 		}
-		nc, err := dyn.Resource(nodeConfigGVR).Get(ctx, "demo", metav1.GetOptions{})
+		nc, err := ncs.NodeConfigV1alpha1().NodeConfigs().Get(ctx, "demo", metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -225,7 +223,7 @@ func TestKubectlPluginAgainstMakeRun(t *testing.T) {
 		if !strings.HasPrefix(out, "NodeConfig demo paused (spec.rollout.paused=true, generation ") {
 			t.Errorf("pause says %q", out)
 		}
-		if got := pausedInSpec(t, dyn, "demo"); got != true {
+		if got := pausedInSpec(t, ncs, "demo"); got != true {
 			t.Fatalf("after pause, spec.rollout.paused = %v", got)
 		}
 		if out := mustRun("status", "demo", "--reconciler", makeRunReconciler); !strings.Contains(out, "  paused=true  ") {
@@ -242,14 +240,14 @@ func TestKubectlPluginAgainstMakeRun(t *testing.T) {
 		if err := json.Unmarshal([]byte(mustRun("resume", "demo", "-o", "json")), &r); err != nil {
 			t.Fatal(err)
 		}
-		nc, err := dyn.Resource(nodeConfigGVR).Get(ctx, "demo", metav1.GetOptions{})
+		nc, err := ncs.NodeConfigV1alpha1().NodeConfigs().Get(ctx, "demo", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Name != "demo" || r.Paused == nil || *r.Paused || r.Generation != nc.GetGeneration() {
-			t.Errorf("resume -o json = %+v, the NodeConfig's generation %d", r, nc.GetGeneration())
+		if r.Name != "demo" || r.Paused == nil || *r.Paused || r.Generation != nc.Generation {
+			t.Errorf("resume -o json = %+v, the NodeConfig's generation %d", r, nc.Generation)
 		}
-		if got := pausedInSpec(t, dyn, "demo"); got != false {
+		if got := pausedInSpec(t, ncs, "demo"); got != false {
 			t.Fatalf("after resume, spec.rollout.paused = %v", got)
 		}
 		if _, stderr, err := run("pause", "no-such-nodeconfig"); err == nil || !strings.Contains(stderr, "NodeConfig no-such-nodeconfig") {
@@ -384,25 +382,31 @@ func row(out, node string) []string {
 	return nil
 }
 
-func conditionReason(nc *unstructured.Unstructured, typ string) string {
-	conds, _, _ := unstructured.NestedSlice(nc.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == typ {
-			r, _ := m["reason"].(string)
-			return r
-		}
+func conditionReason(nc *v1alpha1.NodeConfig, typ string) string {
+	if c := meta.FindStatusCondition(nc.Status.Conditions, typ); c != nil {
+		return c.Reason
 	}
 	return ""
 }
 
-func pausedInSpec(t *testing.T, dyn dynamic.Interface, name string) any {
+// pausedInSpec is spec.rollout.paused as the API server stores it, nil
+// when absent: read as JSON, since the Go type cannot tell absent from
+// false.
+func pausedInSpec(t *testing.T, ncs clientset.Interface, name string) any {
 	t.Helper()
-	nc, err := dyn.Resource(nodeConfigGVR).Get(context.Background(), name, metav1.GetOptions{})
+	raw, err := ncs.NodeConfigV1alpha1().RESTClient().Get().Resource("nodeconfigs").Name(name).DoRaw(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, _, _ := unstructured.NestedFieldNoCopy(nc.Object, "spec", "rollout", "paused")
-	return v
+	var nc struct {
+		Spec struct {
+			Rollout map[string]any `json:"rollout"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &nc); err != nil {
+		t.Fatal(err)
+	}
+	return nc.Spec.Rollout["paused"]
 }
 
 func closedAddr(t *testing.T) string {

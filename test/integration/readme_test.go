@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"nodeconfig.io/test/proc"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
 )
 
 // The README's grpcurl walk-through, run as written: each command's output

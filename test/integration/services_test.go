@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"nodeconfig.io/test/cluster"
-	"nodeconfig.io/test/proc"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/cluster"
+	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
 )
 
 // Each service binary, started as a process on a free port and a unix

@@ -17,11 +17,11 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/test/audit"
-	"nodeconfig.io/test/cluster"
-	"nodeconfig.io/test/proc"
-	"nodeconfig.io/test/sim"
-	"nodeconfig.io/test/testenv"
+	"nodeconfig.io/test/framework/audit"
+	"nodeconfig.io/test/framework/cluster"
+	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
+	"nodeconfig.io/test/framework/testenv"
 )
 
 func startNode(t *testing.T, name string, statusdArgs ...string) *sim.Node {

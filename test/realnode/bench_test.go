@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"nodeconfig.io/test/nodeview"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/nodeview"
+	"nodeconfig.io/test/framework/proc"
 	"nodeconfig.io/test/realnode"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // SampleFiles are the two files the README's install commands name, as a

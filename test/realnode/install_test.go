@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"nodeconfig.io/test/nodeview"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/nodeview"
+	"nodeconfig.io/test/framework/proc"
 	"nodeconfig.io/test/realnode"
 )
 

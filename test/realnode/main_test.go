@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 	"nodeconfig.io/test/realnode"
 	"nodeconfig.io/test/realnode/hoststate"
 )

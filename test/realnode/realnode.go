@@ -1,5 +1,5 @@
 // Package realnode runs a real one-node Kubernetes cluster on this machine:
-// etcd and kube-apiserver (test/cluster), kube-controller-manager,
+// etcd and kube-apiserver (test/framework/cluster), kube-controller-manager,
 // kube-scheduler, containerd and a kubelet that runs real pods. Everything
 // listens on loopback, and pods live on a bridge the harness creates; no
 // traffic goes anywhere else. It needs root, and undoes every change it makes
@@ -28,8 +28,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"nodeconfig.io/test/cluster"
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/cluster"
+	"nodeconfig.io/test/framework/proc"
 	"nodeconfig.io/test/realnode/hoststate"
 )
 

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 )
 
 // Supervisor restarts its process whenever it exits, one second later, as

@@ -18,13 +18,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/dynamic"
 
+	"nodeconfig.io/services/api/client/clientset"
 	"nodeconfig.io/services/api/v1alpha1"
-	"nodeconfig.io/test/cluster"
-	"nodeconfig.io/test/sim"
+	"nodeconfig.io/test/framework/cluster"
+	"nodeconfig.io/test/framework/sim"
 )
 
 const (
@@ -126,13 +125,12 @@ func sample(ctx context.Context, c *cluster.Cluster, soak int) error {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(c.Config)
+	ncs, err := clientset.NewForConfig(c.Config)
 	if err != nil {
 		return err
 	}
 	maxInTrial, maxFailures := intstr.FromString("50%"), int32(1)
-	obj, err := v1alpha1.ToUnstructured(&v1alpha1.NodeConfig{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersionResource.GroupVersion().String(), Kind: "NodeConfig"},
+	_, err = ncs.NodeConfigV1alpha1().NodeConfigs().Create(ctx, &v1alpha1.NodeConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "demo"},
 		Spec: v1alpha1.NodeConfigSpec{
 			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{demoLabel: "true"}},
@@ -141,12 +139,7 @@ func sample(ctx context.Context, c *cluster.Cluster, soak int) error {
 			SoakSeconds:  int64(soak),
 			Rollout:      v1alpha1.Rollout{MaxInTrial: &maxInTrial, MaxFailures: &maxFailures},
 		},
-	})
-	if err != nil {
-		return err
-	}
-	delete(obj, "status")
-	_, err = dyn.Resource(v1alpha1.GroupVersionResource).Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
+	}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"nodeconfig.io/test/proc"
+	"nodeconfig.io/test/framework/proc"
 	"nodeconfig.io/test/realnode"
 )
 

@@ -17,7 +17,6 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
-	"nodeconfig.io/services/servekit/readonlymount"
 )
 
 type fixture struct {
@@ -405,9 +404,9 @@ func TestResetInterruptedBeforeTheFileGoesDoesNotBringTheConfigBack(t *testing.T
 	f := newFixture(t)
 	f.assign(t, "1", "a: 1\n")
 	f.promote(t, "1")
-	undo := readonlymount.Mount(t, f.target.Dir)
+	undo := blockDir(t, f.target.Dir)
 	if _, err := f.node.Reset(0, ""); err == nil {
-		t.Fatal("Reset removed a file in a read-only directory")
+		t.Fatal("Reset succeeded while the target directory was a regular file")
 	}
 	undo()
 	// The next start.
@@ -421,6 +420,36 @@ func TestResetInterruptedBeforeTheFileGoesDoesNotBringTheConfigBack(t *testing.T
 	if got, ok := f.targetContent(t); ok {
 		t.Fatalf("the old config came back at start: target = %q", got)
 	}
+}
+
+// blockDir makes dir's files impossible to remove until the returned undo
+// (which the test's cleanup also runs): the directory is moved aside and a
+// regular file takes its name, so removing dir/<name> fails with ENOTDIR.
+// Unlike permission bits, this stops root too, and needs no mount.
+func blockDir(t *testing.T, dir string) (undo func()) {
+	t.Helper()
+	aside := dir + ".aside"
+	if err := os.Rename(dir, aside); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	blocked := true
+	undo = func() {
+		if !blocked {
+			return
+		}
+		blocked = false
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("remove the file in place of %s: %v", dir, err)
+		}
+		if err := os.Rename(aside, dir); err != nil {
+			t.Errorf("put %s back: %v", dir, err)
+		}
+	}
+	t.Cleanup(undo)
+	return undo
 }
 
 // Every sweep counts in nodeconfig_checkpoint_sweeps_total, also one that

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"nodeconfig.io/services/api/client/clientset"
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/test/framework/proc"
+)
+
+// The fleet's kubelet config: the ConfigMap the NodeConfig names, and its key.
+const (
+	configMapName = "kubelet"
+	configMapKey  = "config.yaml"
+)
+
+// startReconciler starts the reconciler binary, pointed at the fleet's
+// agents, with its metrics and profiles served on a free address.
+func (r *fleetRun) startReconciler() error {
+	bin, err := proc.Binary("reconciler")
+	if err != nil {
+		return err
+	}
+	addr, err := proc.FreeAddr()
+	if err != nil {
+		return err
+	}
+	if r.metricsAddr, err = proc.FreeAddr(); err != nil {
+		return err
+	}
+	args := append([]string{
+		"--listen", addr, "--metrics-addr", r.metricsAddr, "--profiling", "--kubeconfig", r.c.Kubeconfig, "--leader-elect=false",
+		"--workers", strconv.Itoa(r.o.workers),
+	}, append(reconcilerArgs(r.root, r.n, r.sec), r.o.reconcilerFlags...)...)
+	p, err := proc.Start("reconciler", bin, args, filepath.Join(r.root, "reconciler.log"))
+	if err != nil {
+		return err
+	}
+	r.reconciler = p
+	r.onStop(func() { _ = p.Stop(10 * time.Second) })
+	return nil
+}
+
+// firstRollout creates the fleet's config and its NodeConfig, nothing
+// assigned before, and waits until every selected node is active on it
+// and has promoted it to last-known-good.
+func (r *fleetRun) firstRollout() error {
+	ncs, err := clientset.NewForConfig(r.adminCfg)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if r.cm, err = r.admin.CoreV1().ConfigMaps(namespace).Create(r.ctx, configMap(1), metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if err := createNodeConfig(r.ctx, ncs, r.o.maxInTrial, r.o.soak); err != nil {
+		return err
+	}
+	if r.first, err = r.watch.waitActive(r.ctx, r.cm.ResourceVersion, start, r.wait); err != nil {
+		return err
+	}
+	report("first rollout (nothing assigned before)", r.first)
+	if syncs, err := readSyncs(r.metricsAddr); err == nil {
+		fmt.Printf("    node syncs since the reconciler started: %.0f, %s\n", syncs.nodes, syncs.outcomes())
+	}
+	return r.watch.waitPromoted(r.ctx, r.cm.ResourceVersion, r.wait)
+}
+
+// changeConfig makes the figure's change, a new config on a fleet running
+// its last-known-good, and measures it until every selected node shows it
+// active.
+func (r *fleetRun) changeConfig() error {
+	cpuBefore, err := readCPU(r.pids)
+	if err != nil {
+		return err
+	}
+	if r.syncsBefore, err = readSyncs(r.metricsAddr); err != nil {
+		return err
+	}
+	r.changeStart = time.Now()
+	next := configMap(2)
+	next.ResourceVersion = r.cm.ResourceVersion
+	if r.cm, err = r.admin.CoreV1().ConfigMaps(namespace).Update(r.ctx, next, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	if r.change, err = r.watch.waitActive(r.ctx, r.cm.ResourceVersion, r.changeStart, r.wait); err != nil {
+		return err
+	}
+	r.promotedDuring = r.watch.promotedSoFar()
+	cpuAfter, err := readCPU(r.pids)
+	if err != nil {
+		return err
+	}
+	r.cpu = cpuAfter.minus(cpuBefore)
+	return nil
+}
+
+func configMap(v int) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: configMapName, Namespace: namespace},
+		Data:       map[string]string{configMapKey: fmt.Sprintf("maxPods: %d\nlogging:\n  verbosity: 2\n", 100+v)},
+	}
+}
+
+func createNodeConfig(ctx context.Context, ncs clientset.Interface, maxInTrial string, soak time.Duration) error {
+	soakSeconds := int64(soak.Seconds())
+	if soakSeconds < 1 {
+		// The Go type would leave a zero out, and the API server default
+		// it to 600 s; the API refuses it as written.
+		return fmt.Errorf("-soak %v: the NodeConfig's soakSeconds must be at least 1", soak)
+	}
+	_, err := ncs.NodeConfigV1alpha1().NodeConfigs().Create(ctx, &v1alpha1.NodeConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
+		Spec: v1alpha1.NodeConfigSpec{
+			NodeSelector: &v1alpha1.LabelSelector{MatchLabels: map[string]string{label: "bench"}},
+			Source:       &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: namespace, Name: configMapName, Key: configMapKey}},
+			SoakSeconds:  soakSeconds,
+			// As the flag says it, a string ("100%"), as it always went.
+			Rollout: v1alpha1.Rollout{MaxInTrial: ptr.To(intstr.FromString(maxInTrial))},
+		},
+	}, metav1.CreateOptions{})
+	return err
+}
