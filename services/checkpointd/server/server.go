@@ -78,7 +78,7 @@ func Open(o Options) (*Checkpointd, error) {
 		MaxWatchers: o.MaxWatchers,
 	}
 	if o.KubeletConfig != "" {
-		lo.Kubelet = &kubeletcheck.Node{BaseConfig: o.KubeletConfig, DropInDir: o.TargetDir, Own: lo.Target.Path()}
+		lo.Kubelet = &kubeletcheck.NodeFiles{BaseConfig: o.KubeletConfig, DropInDir: o.TargetDir, Own: lo.Target.Path()}
 	}
 	if o.Consumer != nil { // a nil *Gate in the interface would not be nil
 		lo.Consumer = o.Consumer
@@ -94,7 +94,7 @@ func Open(o Options) (*Checkpointd, error) {
 		o.Registerer.MustRegister(lifecycle.RecordsCollector{Store: st})
 	}
 	if o.Consumer != nil {
-		o.Consumer.Node = lifecycle.ConsumerNode{Node: node}
+		o.Consumer.Lifecycle = lifecycle.ConsumerNode{Node: node}
 	}
 	if err := node.Recover(); err != nil {
 		_ = st.Close()

@@ -11,7 +11,7 @@ import (
 // them at start: the --config file and every drop-in but Own, by path and
 // content. It changes when one of them changes, appears or goes; an error
 // is a NodeFilesError.
-func (n Node) Fingerprint() (string, error) {
+func (n NodeFiles) Fingerprint() (string, error) {
 	files, err := n.dropIns(false)
 	if err != nil {
 		return "", &NodeFilesError{Err: err}

@@ -43,8 +43,8 @@ func (e *NodeFilesError) Unwrap() error { return e.Err }
 // dropInExtension is the only ending the kubelet reads in --config-dir.
 const dropInExtension = ".conf"
 
-// Node is where one node's kubelet reads its configuration.
-type Node struct {
+// NodeFiles is where one node's kubelet reads its configuration.
+type NodeFiles struct {
 	// BaseConfig is the kubelet's --config file; empty means the kubelet
 	// runs on its defaults.
 	BaseConfig string
@@ -77,14 +77,14 @@ func (e *Effective) YAML() ([]byte, error) {
 // be known of it before any node's files are seen. Whether the host runs
 // cgroup v1 is the node's fact, not this process's: its agent judges that.
 func Check(ctx context.Context, dropIn []byte) error {
-	_, err := Node{Own: "candidate" + dropInExtension, hostless: true}.Effective(ctx, dropIn)
+	_, err := NodeFiles{Own: "candidate" + dropInExtension, hostless: true}.Effective(ctx, dropIn)
 	return err
 }
 
 // Effective merges the node's files with candidate in the place of Own (nil
 // candidate: as if Own were absent) and validates the result as the kubelet
 // does at start. Its error is the kubelet's own words.
-func (n Node) Effective(ctx context.Context, candidate []byte) (eff *Effective, err error) {
+func (n NodeFiles) Effective(ctx context.Context, candidate []byte) (eff *Effective, err error) {
 	// The kubelet's defaulting panics on a feature gate it does not know
 	// (the kubelet dies of it): here that is a refusal like any other.
 	defer func() {
@@ -133,7 +133,7 @@ func baseFiles(base string) []string {
 // base is the --config file decoded by the kubelet's decoder (strict, then
 // lenient with a warning, defaulted), its relative paths made absolute
 // against its directory; or the kubelet's defaults without one.
-func (n Node) base(ctx context.Context, k *scheme) (*kubeletconfig.KubeletConfiguration, error) {
+func (n NodeFiles) base(ctx context.Context, k *scheme) (*kubeletconfig.KubeletConfiguration, error) {
 	if n.BaseConfig == "" {
 		return k.defaults()
 	}
@@ -185,7 +185,7 @@ func (k *scheme) defaults() (*kubeletconfig.KubeletConfiguration, error) {
 // dropIns lists the *.conf files under DropInDir in the kubelet's order
 // (a lexical walk, subdirectories included), with Own where it sorts when
 // the candidate stands in for it, and without it otherwise.
-func (n Node) dropIns(withOwn bool) ([]string, error) {
+func (n NodeFiles) dropIns(withOwn bool) ([]string, error) {
 	var files []string
 	if n.DropInDir != "" {
 		err := filepath.WalkDir(n.DropInDir, func(path string, d fs.DirEntry, err error) error {

@@ -69,7 +69,7 @@ func TestEffectiveMergesTheNodesFilesInTheKubeletsOrder(t *testing.T) {
 	write(t, filepath.Join(confDir, "90-last.conf"), header+"serializeImagePulls: false\n")
 	write(t, filepath.Join(confDir, "README"), "not a drop-in: no .conf ending")
 	write(t, filepath.Join(confDir, "50-nodeconfig.conf"), header+"maxPods: 1\n") // replaced by the candidate
-	node := Node{BaseConfig: filepath.Join(dir, "config.yaml"), DropInDir: confDir, Own: filepath.Join(confDir, "50-nodeconfig.conf")}
+	node := NodeFiles{BaseConfig: filepath.Join(dir, "config.yaml"), DropInDir: confDir, Own: filepath.Join(confDir, "50-nodeconfig.conf")}
 
 	eff, err := node.Effective(context.Background(), []byte(header+"maxPods: 57\nserializeImagePulls: true\n"))
 	if err != nil {
@@ -136,7 +136,7 @@ func TestFingerprintFollowsTheNodesOwnFilesOnly(t *testing.T) {
 		}
 	}
 	write(base, "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")
-	n := Node{BaseConfig: base, DropInDir: dropIns, Own: filepath.Join(dropIns, "50-nodeconfig.conf")}
+	n := NodeFiles{BaseConfig: base, DropInDir: dropIns, Own: filepath.Join(dropIns, "50-nodeconfig.conf")}
 	fingerprint := func() string {
 		t.Helper()
 		fp, err := n.Fingerprint()

@@ -10,8 +10,8 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
-// Node is what the gate needs of the node's lifecycle.
-type Node interface {
+// Lifecycle is what the gate needs of the node's lifecycle.
+type Lifecycle interface {
 	Records() (*nodeconfigv1.Records, error)
 	// SetConsumer records the consumer's phase on src; it changes nothing
 	// and returns false when src is no longer the active config.
@@ -36,7 +36,7 @@ type Node interface {
 // a ready container runtime, is waited for: WAITING stops the soak, which
 // starts over once the consumer is healthy again.
 type Gate struct {
-	Node      Node
+	Lifecycle Lifecycle
 	Restarter Restarter
 	Prober    Prober
 	// Runtime, when set, is asked before the config is blamed: while it is
@@ -139,7 +139,7 @@ func NewGate(g Gate) *Gate {
 
 // step does one thing the records call for and says when to look again.
 func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
-	recs, err := g.Node.Records()
+	recs, err := g.Lifecycle.Records()
 	if err != nil {
 		g.Log.Error("consumer gate: read records", "err", err)
 		return g.Period
@@ -157,7 +157,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			// turning the gate on restarts no kubelet outside its window.
 			phase = nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING
 		}
-		if ok, err := g.Node.SetConsumer(active, phase, ""); err != nil || !ok {
+		if ok, err := g.Lifecycle.SetConsumer(active, phase, ""); err != nil || !ok {
 			return g.retry(err)
 		}
 		return 0
@@ -167,7 +167,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		if c.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY && recs.Soaking() {
 			// The node or the agent was down for a while nobody watched: the
 			// soak keeps what was seen healthy and goes on once it is again.
-			_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, "the agent started: the soak goes on once the consumer is seen healthy again")
+			_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, "the agent started: the soak goes on once the consumer is seen healthy again")
 			return g.retry(err)
 		}
 	}
@@ -179,17 +179,17 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", active.Describe())
 		if err := g.restart(ctx); err != nil {
 			g.Log.Error("restart the consumer", "err", err)
-			_, _ = g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, "restart failed, retrying: "+err.Error())
+			_, _ = g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, "restart failed, retrying: "+err.Error())
 			return g.Period
 		}
-		_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, "")
+		_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, "")
 		return g.retry(err)
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING:
 		healthy, detail := g.Prober.Probe(ctx)
 		if healthy {
 			g.seen = nil
 			g.healthy, _ = g.instance()
-			_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, detail)
+			_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, detail)
 			return g.retry(err)
 		}
 		switch msg := c.GetMessage(); {
@@ -204,7 +204,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			}
 			if known {
 				g.seen = nil
-				_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, fmt.Sprintf("the kubelet runs again (process %s) after something else stopped it: waiting for its health", id))
+				_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, fmt.Sprintf("the kubelet runs again (process %s) after something else stopped it: waiting for its health", id))
 				return g.retry(err)
 			}
 		}
@@ -258,7 +258,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 				// later outage of a kubelet that ran it: only one that will
 				// not run it after a restart onto it gives it up.
 				g.Log.Error("the consumer is not healthy on its proven config", "message", msg)
-				_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY, msg)
+				_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY, msg)
 				return g.retry(err)
 			}
 			g.fail(active, msg)
@@ -268,7 +268,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY:
 		if healthy, detail := g.Prober.Probe(ctx); healthy {
 			g.healthy, _ = g.instance()
-			_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, detail)
+			_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, detail)
 			return g.retry(err)
 		}
 		return g.Period
@@ -286,7 +286,7 @@ func (g *Gate) noteSeenHealthy(active *nodeconfigv1.ConfigSource, recs *nodeconf
 	if !recs.Soaking() || (!g.seenWritten.IsZero() && time.Since(g.seenWritten) < seenHealthyEvery) {
 		return
 	}
-	if err := g.Node.SeenHealthy(active); err != nil {
+	if err := g.Lifecycle.SeenHealthy(active); err != nil {
 		g.Log.Error("consumer gate: write records", "err", err)
 		return
 	}
@@ -363,7 +363,7 @@ func (g *Gate) restartedOutside(active *nodeconfigv1.ConfigSource, id string) ti
 		msg = fmt.Sprintf("%s, not by this agent (process %s is gone, none runs): not the config's fault; its health timeout starts when it runs again", stoppedOutside, gone)
 	}
 	g.Log.Warn(msg)
-	_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, msg)
+	_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, msg)
 	return g.retry(err)
 }
 
@@ -384,7 +384,7 @@ func (g *Gate) waitsForRuntime(ctx context.Context, active *nodeconfigv1.ConfigS
 	}
 	g.seen = nil
 	g.Log.Warn("not blaming the config: the container runtime is not ready", "detail", detail)
-	if _, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, runtimeNotReady+detail); err != nil {
+	if _, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, runtimeNotReady+detail); err != nil {
 		g.Log.Error("consumer gate: write records", "err", err)
 	}
 	return true
@@ -400,14 +400,14 @@ func (g *Gate) awaitRuntime(ctx context.Context, active *nodeconfigv1.ConfigSour
 			if ctx.Err() != nil {
 				return g.Period
 			}
-			if _, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, runtimeNotReady+detail); err != nil {
+			if _, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, runtimeNotReady+detail); err != nil {
 				g.Log.Error("consumer gate: write records", "err", err)
 			}
 			return g.Period
 		}
 	}
 	g.Log.Info("the container runtime is ready again: the consumer's health timeout starts over")
-	_, err := g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, "the container runtime is ready again: waiting for the consumer's health")
+	_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, "the container runtime is ready again: waiting for the consumer's health")
 	return g.retry(err)
 }
 
@@ -432,7 +432,7 @@ func (g *Gate) fail(active *nodeconfigv1.ConfigSource, message string) {
 	if said := LastErrorLine(g.LogFile); said != "" {
 		message += "; the consumer said: " + said
 	}
-	rolled, err := g.Node.RollBack(active, message)
+	rolled, err := g.Lifecycle.RollBack(active, message)
 	if err != nil {
 		g.Log.Error("roll back after the consumer failed", "err", err)
 		return
@@ -442,7 +442,7 @@ func (g *Gate) fail(active *nodeconfigv1.ConfigSource, message string) {
 		return
 	}
 	g.Log.Error("the consumer is not healthy on last-known-good either", "message", message)
-	_, _ = g.Node.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY, message)
+	_, _ = g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY, message)
 }
 
 func (g *Gate) retry(err error) time.Duration {

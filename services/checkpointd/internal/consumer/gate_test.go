@@ -81,7 +81,7 @@ func consumerStandIn(t *testing.T) (*atomic.Bool, string) {
 func newTestGate(t *testing.T, node *fakeNode) (*Gate, *countingRestarter, *atomic.Bool) {
 	healthy, url := consumerStandIn(t)
 	r := &countingRestarter{}
-	g := NewGate(Gate{Node: node, Restarter: r, Prober: Prober{URL: url}, HealthTimeout: time.Hour, FailureThreshold: 2, Log: slog.New(slog.DiscardHandler)})
+	g := NewGate(Gate{Lifecycle: node, Restarter: r, Prober: Prober{URL: url}, HealthTimeout: time.Hour, FailureThreshold: 2, Log: slog.New(slog.DiscardHandler)})
 	// A gate that has been running: its first step here is not the
 	// agent's start (soak_test.go's gates are).
 	g.started = true

@@ -92,7 +92,7 @@ func gateOn(t *testing.T, r *realNode, restarter Restarter) *Gate {
 	t.Helper()
 	healthy, url := consumerStandIn(t)
 	healthy.Store(true)
-	return NewGate(Gate{Node: lifecycle.ConsumerNode{Node: r.Node}, Restarter: restarter, Prober: Prober{URL: url}, HealthTimeout: time.Hour, FailureThreshold: 2, Log: slog.New(slog.DiscardHandler)})
+	return NewGate(Gate{Lifecycle: lifecycle.ConsumerNode{Node: r.Node}, Restarter: restarter, Prober: Prober{URL: url}, HealthTimeout: time.Hour, FailureThreshold: 2, Log: slog.New(slog.DiscardHandler)})
 }
 
 // A reboot (or any downtime of the agent) does not count toward the soak:

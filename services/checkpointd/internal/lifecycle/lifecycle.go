@@ -43,7 +43,7 @@ type Node struct {
 	consumer Consumer
 	// kubelet, when set, is where the node's kubelet reads its config: a
 	// kubelet drop-in is judged merged with the node's own files.
-	kubelet *kubeletcheck.Node
+	kubelet *kubeletcheck.NodeFiles
 	// guard, when set, is told of every trial (internal/guard).
 	guard *guard.Writer
 
@@ -69,7 +69,7 @@ type Options struct {
 	Consumer    Consumer
 	// Kubelet, when set, judges a kubelet drop-in merged with the node's
 	// base config and its other drop-ins, as the kubelet merges them.
-	Kubelet *kubeletcheck.Node
+	Kubelet *kubeletcheck.NodeFiles
 	// Guard, when set, is the host-side start guard's directory: the node
 	// keeps its trial in step with the records and reads its fallback at
 	// start.

@@ -31,7 +31,7 @@ func kubeletNode(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	f.node = New(Options{Store: f.store, Target: f.target, Kubelet: &kubeletcheck.Node{BaseConfig: base, DropInDir: f.target.Dir, Own: f.target.Path()}})
+	f.node = New(Options{Store: f.store, Target: f.target, Kubelet: &kubeletcheck.NodeFiles{BaseConfig: base, DropInDir: f.target.Dir, Own: f.target.Path()}})
 	return f
 }
 

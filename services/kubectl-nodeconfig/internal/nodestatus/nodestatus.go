@@ -13,8 +13,8 @@ import (
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
 )
 
-// Node is one Node's own account of its config.
-type Node struct {
+// Account is one Node's own account of its config.
+type Account struct {
 	Name string
 	// Condition is NodeConfigReady; nil until statusd reports.
 	Condition *report.Condition
@@ -31,8 +31,8 @@ type Node struct {
 
 // Read reads the node's annotation and condition. A missing or unreadable
 // annotation is not an error: Reported says so.
-func Read(n *corev1.Node) Node {
-	out := Node{Name: n.Name}
+func Read(n *corev1.Node) Account {
+	out := Account{Name: n.Name}
 	for i := range n.Status.Conditions {
 		if n.Status.Conditions[i].Type == v1alpha1.NodeConditionConfigReady {
 			out.Condition = report.FromNode(&n.Status.Conditions[i])

@@ -47,7 +47,7 @@ type NodeConfig struct {
 	Degraded    *report.Condition         `json:"degraded"`
 	NextWindow  *time.Time                `json:"nextWindow,omitempty"`
 	Counts      Counts                    `json:"counts"`
-	Nodes       []Node                    `json:"nodes"`
+	Nodes       []NodeRow                 `json:"nodes"`
 }
 
 // Counts are the NodeConfig's status counts.
@@ -60,8 +60,8 @@ type Counts struct {
 	Failing    int32 `json:"failing"`
 }
 
-// Node is one selected node.
-type Node struct {
+// NodeRow is one selected node.
+type NodeRow struct {
 	Name string `json:"name"`
 	// Phase and Ready are the NodeConfigReady condition's reason and
 	// status; empty until statusd reports.
@@ -100,7 +100,7 @@ func Build(in Input) Report {
 			Degraded:    report.FromMeta(nodeconfigs.Condition(nc, v1alpha1.ConditionDegraded)),
 			Counts: Counts{Selected: nc.Status.Selected, Active: nc.Status.Active, Soaking: nc.Status.Soaking,
 				Waiting: nc.Status.Waiting, RolledBack: nc.Status.RolledBack, Failing: nc.Status.Failing},
-			Nodes: []Node{},
+			Nodes: []NodeRow{},
 		}
 		if nc.Status.NextWindow != nil {
 			t := nc.Status.NextWindow.Time
@@ -116,9 +116,9 @@ func Build(in Input) Report {
 	return r
 }
 
-func node(n *corev1.Node, states map[string]*nodeconfigv1.NodeState) Node {
+func node(n *corev1.Node, states map[string]*nodeconfigv1.NodeState) NodeRow {
 	ns := nodestatus.Read(n)
-	out := Node{Name: n.Name, Assigned: ns.Assigned, Active: ns.Active, LastKnownGood: ns.LastKnownGood, Reported: ns.Reported, Error: ns.Error}
+	out := NodeRow{Name: n.Name, Assigned: ns.Assigned, Active: ns.Active, LastKnownGood: ns.LastKnownGood, Reported: ns.Reported, Error: ns.Error}
 	if ns.Unreadable != "" {
 		out.Error = ns.Unreadable
 	}
@@ -197,7 +197,7 @@ func versionCell(v *report.Version, reported bool, ns, name string) string {
 	return v.Text(ns, name)
 }
 
-func reconcilerCell(n Node, reachable bool) string {
+func reconcilerCell(n NodeRow, reachable bool) string {
 	switch {
 	case !reachable:
 		return "?"
@@ -207,7 +207,7 @@ func reconcilerCell(n Node, reachable bool) string {
 	return strings.ToLower(n.ReconcilerState)
 }
 
-func soakCell(n Node, reachable bool, now time.Time) string {
+func soakCell(n NodeRow, reachable bool, now time.Time) string {
 	switch {
 	case !reachable:
 		return "?"
