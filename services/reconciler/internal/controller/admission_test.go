@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -226,43 +225,5 @@ func TestWorkersRacingOnOneNodeConfigRespectMaxInTrial(t *testing.T) {
 		if onTrial != 3 {
 			t.Fatalf("round %d: %d nodes soaking after 20 concurrent syncs, want exactly maxInTrial 3", round, onTrial)
 		}
-	}
-}
-
-// A freed place wakes as many waiting nodes as the trial has places, not
-// every waiting node: each woken node asks its agent.
-func TestAFreedPlaceWakesAsManyWaitingNodesAsThereArePlaces(t *testing.T) {
-	f := newFixture(t)
-	two := intstr.FromInt32(2)
-	f.setNodeConfig(poolA("pool-a", v1alpha1.Rollout{MaxInTrial: &two}))
-	nodes := []string{"n1", "n2", "n3", "n4", "n5"}
-	for _, n := range nodes {
-		f.addNode(n, map[string]string{"pool": "a"})
-	}
-	set := func(name string, state nodeconfigv1.LifecycleState) {
-		f.c.mu.Lock()
-		defer f.c.mu.Unlock()
-		info := f.c.infoLocked(name)
-		info.NodeConfig, info.State = "pool-a", state
-		f.c.reindexLocked(info)
-	}
-	set("n1", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING)
-	for _, n := range nodes[1:] {
-		set(n, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING)
-	}
-	f.c.wakeWaiting("pool-a")
-	if got := drain(f.c.nodeQ); len(got) != 1 || got[0] == "n1" {
-		t.Fatalf("one free place of two woke %v, want one waiting node", got)
-	}
-	set("n1", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE) // its soak ended
-	f.c.wakeWaiting("pool-a")
-	if got := drain(f.c.nodeQ); len(got) != 2 || slices.Contains(got, "n1") {
-		t.Fatalf("two free places woke %v, want two waiting nodes", got)
-	}
-	set("n2", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING)
-	set("n3", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING)
-	f.c.wakeWaiting("pool-a")
-	if got := drain(f.c.nodeQ); len(got) != 0 {
-		t.Fatalf("a full trial woke %v", got)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	nodeconfiglisters "nodeconfig.io/services/api/client/listers/api/v1alpha1"
 	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/reconciler/internal/agents"
+	"nodeconfig.io/services/reconciler/internal/rollout"
 )
 
 // Options configure a Controller.
@@ -90,26 +91,26 @@ type Controller struct {
 	ncQ       workqueue.TypedRateLimitingInterface[string]
 	metrics   *Metrics
 
+	// book is the rollout bookkeeping (trials, departures, waiting nodes,
+	// halts) with its own lock. Lock order: c.mu may be held while calling
+	// the book (record and computeStatus do, so that a status counts the
+	// node cache and the book at one moment); the book calls nothing back,
+	// so its lock is never held while c.mu is taken.
+	book *rollout.Book
+
 	// mu guards the node cache (nodecache.go), the sync counts
-	// (resync.go) and the admission indexes (trials.go, depart.go).
+	// (resync.go), the Nodes not seen yet (seen.go) and firstStatusSync.
 	mu    sync.Mutex
 	nodes map[string]*NodeInfo
 	// syncs holds each node's count of syncs begun and the place of its
 	// last completed one (resync.go), apart from nodes: a node is in nodes
 	// (seen) only once a sync recorded it.
 	syncs map[string]*syncCount
-	// departing indexes the nodes by the NodeConfig they leave, trials
-	// the nodes on trial or rolled back by the NodeConfig they are on.
-	departing map[string]map[string]struct{}
-	trials    map[string]*trialIndex
-	// waiting indexes the nodes pacing holds back by the NodeConfigs
-	// whose freed place may start them (trials.go).
-	waiting map[string]map[string]struct{}
 	// allSeen latches once every Node was synced since the start; until
-	// then unseen holds the Nodes not synced yet (depart.go).
+	// then unseen holds the Nodes not synced yet (seen.go).
 	allSeen atomic.Bool
 	// firstStatusSync is when this reconciler first synced a NodeConfig's
-	// status (holdingStatuses); c.mu guards it.
+	// status (holdingStatuses).
 	firstStatusSync time.Time
 	unseen          map[string]struct{}
 	// verdicts are the central validator's, per version (verdict.go).
@@ -169,13 +170,11 @@ func New(o Options) *Controller {
 		nodeQ:      workqueue.NewTypedRateLimitingQueueWithConfig(nodeRetry, workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
 		ncQ:        workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
 		metrics:    o.Metrics,
+		book:       rollout.New(o.Now),
 		nodes:      map[string]*NodeInfo{},
 		verdicts:   verdicts{judged: lru.New(maxVerdicts), failed: lru.New(maxVerdicts)},
 		sources:    lru.New(sharedSources),
 		syncs:      map[string]*syncCount{},
-		departing:  map[string]map[string]struct{}{},
-		trials:     map[string]*trialIndex{},
-		waiting:    map[string]map[string]struct{}{},
 		selections: map[selectorKey]*selection{},
 		listing:    listingWaits{recheck: configMapListingRecheck},
 	}

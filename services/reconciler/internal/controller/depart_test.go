@@ -163,27 +163,3 @@ func TestEveryNodeSeenWaitsForTheNodesOfTheStartOnly(t *testing.T) {
 		t.Fatal("not seen: n1 synced, n2 syncing, n3 gone and n4 new")
 	}
 }
-
-// A node held back while it leaves a NodeConfig is woken by that
-// NodeConfig's freed place, and no longer once it has left.
-func TestWakeWaitingFollowsTheNodeConfigANodeLeaves(t *testing.T) {
-	f := newFixture(t)
-	f.addNode("n1", nil)
-	f.c.mu.Lock()
-	info := f.c.infoLocked("n1")
-	info.State = nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING
-	f.c.reindexLocked(info)
-	f.c.departLocked("n1", "old")
-	f.c.mu.Unlock()
-	f.c.wakeWaiting("old")
-	if got := drain(f.c.nodeQ); len(got) != 1 || got[0] != "n1" {
-		t.Fatalf("the freed place of old woke %v, want n1", got)
-	}
-	f.c.mu.Lock()
-	f.c.departLocked("n1", "")
-	f.c.mu.Unlock()
-	f.c.wakeWaiting("old")
-	if got := drain(f.c.nodeQ); len(got) != 0 {
-		t.Fatalf("after n1 left old, its freed place woke %v", got)
-	}
-}

@@ -25,6 +25,7 @@ import (
 	nodeconfigfake "nodeconfig.io/services/api/client/clientset/fake"
 	nodeconfiglisters "nodeconfig.io/services/api/client/listers/api/v1alpha1"
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/rollout"
 )
 
 // fixture is a controller over fake clients and hand-filled caches (after
@@ -142,6 +143,17 @@ func (f *fixture) storedNodeConfig(name string) *v1alpha1.NodeConfig {
 		f.t.Fatal(err)
 	}
 	return nc
+}
+
+// setState gives a node a state on a NodeConfig in the node cache and the
+// rollout book, as a sync's record does.
+func (f *fixture) setState(name, nc string, state nodeconfigv1.LifecycleState) {
+	f.t.Helper()
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	info := f.c.infoLocked(name)
+	info.NodeConfig, info.State = nc, state
+	f.c.book.Synced(name, rollout.Sync{Facts: rollout.Facts{State: state, NodeConfig: nc, Records: info.Records}})
 }
 
 func (f *fixture) syncNode(name string) error {

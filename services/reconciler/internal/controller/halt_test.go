@@ -9,13 +9,14 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/rollout"
 )
 
-// A halt set by more rollbacks than keptNodes survives a fail-over after
+// A halt set by more rollbacks than rollout.KeptNodes survives a fail-over after
 // the nodes that rolled back are gone (replaced, say): the status keeps
 // at least maxFailures of their names.
 func TestAHaltAboveKeptNodesSurvivesAFailOver(t *testing.T) {
-	const failures = keptNodes + 44
+	const failures = rollout.KeptNodes + 44
 	f := newFixture(t)
 	var names []string
 	for i := range failures {

@@ -71,12 +71,8 @@ func TestNodeConfigUpdatesWakeTheNodesTheyConcern(t *testing.T) {
 	for _, n := range []string{"n1", "n2", "n3"} {
 		f.addNode(n, map[string]string{"pool": "a"})
 	}
-	f.c.mu.Lock()
-	f.c.infoLocked("n1").NodeConfig, f.c.infoLocked("n1").State = "pool-a", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING
-	f.c.infoLocked("n2").NodeConfig, f.c.infoLocked("n2").State = "pool-a", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING
-	f.c.reindexLocked(f.c.infoLocked("n1")) // as noteResultLocked does
-	f.c.reindexLocked(f.c.infoLocked("n2"))
-	f.c.mu.Unlock()
+	f.setState("n1", "pool-a", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING)
+	f.setState("n2", "pool-a", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING)
 	_, _, ncs, _ := f.c.Handlers()
 	old := poolA("pool-a", v1alpha1.Rollout{})
 	old.Generation = 1

@@ -44,6 +44,7 @@ func TestLeavingAConfigIsPacedAndPausable(t *testing.T) {
 			}
 			// Paused: the next reset waits, even after the first one's soak.
 			paused := *f.storedNodeConfig("nc")
+			paused.Generation++ // a spec change, as the API server counts it
 			paused.Spec.Rollout.Paused = true
 			f.setNodeConfig(&paused)
 			f.now = f.now.Add(61 * time.Second)
@@ -52,6 +53,7 @@ func TestLeavingAConfigIsPacedAndPausable(t *testing.T) {
 				t.Fatalf("reset nodes %v while paused; want still one", got)
 			}
 			resumed := paused
+			resumed.Generation++
 			resumed.Spec.Rollout.Paused = false
 			f.setNodeConfig(&resumed)
 			f.syncAll(poolANodes...)

@@ -21,13 +21,6 @@ type NodeInfo struct {
 	Failures      int
 	Backoff       time.Duration
 	NextReconcile time.Time
-	// Admitted marks a node pacing let start a trial (or a departure) that
-	// has not ended; AdmittedFor names the NodeConfig whose trial it is.
-	Admitted    bool
-	AdmittedFor string
-	// DepartingFrom names the NodeConfig the node is leaving: its reset
-	// waits for, or holds, a place in that NodeConfig's trial.
-	DepartingFrom string
 	// Generations holds, per live NodeConfig selecting the node, the
 	// generation its last sync was computed for: a NodeConfig's status
 	// observes a generation only once all its nodes were synced at it.
@@ -40,8 +33,6 @@ type NodeInfo struct {
 	// returned, a sync that began after the Resync has run to its end
 	// (GetNode shows both).
 	Syncs, SyncsStarted uint64
-	// indexed is where admission counts the node (trials.go).
-	indexed indexed
 }
 
 // computedAt is the generation of one NodeConfig a node's sync was

@@ -17,6 +17,7 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/pacing"
+	"nodeconfig.io/services/reconciler/internal/rollout"
 )
 
 // syncNodeConfig keeps the finalizer, handles deletion, and writes status
@@ -162,22 +163,24 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 			anyHalted = true
 		}
 	}
-	st.RolledBackVersions = c.rolledBackVersionsLocked(nc, selected)
+	// Under c.mu, so the book's rollbacks are those of the states counted.
+	st.RolledBackVersions = c.book.RolledBackVersions(nc, selected)
+	c.mu.Unlock()
 	current, haveCurrent := c.desiredVersion(nc)
 	failedCurrent := 0
 	if haveCurrent {
-		failedCurrent = len(c.rolledBackLocked(&v1alpha1.NodeConfig{Status: st}, current, nil))
+		failedCurrent = rollout.Failures(st.RolledBackVersions, current)
 	}
-	c.mu.Unlock()
 	if unknown > 0 || behind > 0 {
 		// Counted from node states of an older generation (or none): the
 		// status does not observe this generation yet, and is not Ready.
 		st.ObservedGeneration = nc.Status.ObservedGeneration
 	}
 
-	limit := pacing.MaxInTrial(nc.Spec.Rollout.MaxInTrial, len(selected))
-	held := c.trialsHeld(nc)
-	maxFailures := pacing.MaxFailures(nc.Spec.Rollout.MaxFailures)
+	pol := c.book.Policy(nc)
+	limit := pol.MaxInTrial(len(selected))
+	held := c.book.Held(nc)
+	maxFailures := pol.MaxFailures
 	halted := pacing.Halted(failedCurrent, maxFailures) || (anyHalted && !haveCurrent)
 	done := int(st.Active) == len(selected) && unknown == 0 && behind == 0
 	// blocked is the reason the current version is assigned to no node.
@@ -189,24 +192,24 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 	case halted:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonRolloutHalted,
 			fmt.Sprintf("%d node(s) rolled back from resourceVersion %s of ConfigMap %s/%s key %s with validator %s (maxFailures %d): its rollout is halted until the ConfigMap, the key or the validator changes",
-				failedCurrent, current.resourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.key, current.validator, maxFailures))
+				failedCurrent, current.ResourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.Key, current.Validator, maxFailures))
 	case haveCurrent && c.knownRefusal(current) != "":
 		blocked = v1alpha1.ReasonConfigRefused
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, blocked,
 			fmt.Sprintf("resourceVersion %s of ConfigMap %s/%s key %s fails validator %s: %s; it is assigned to no node, and every node keeps its config",
-				current.resourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.key, current.validator, c.knownRefusal(current)))
+				current.ResourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.Key, current.Validator, c.knownRefusal(current)))
 	case haveCurrent && c.unjudged(current) != nil:
 		blocked = v1alpha1.ReasonValidationUnavailable
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, blocked,
 			fmt.Sprintf("resourceVersion %s of ConfigMap %s/%s key %s is not judged yet: %v; it is assigned to no node until the validator runs (retried with backoff), and every node keeps its config",
-				current.resourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.key, c.unjudged(current)))
+				current.ResourceVersion, nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name, current.Key, c.unjudged(current)))
 	case st.RolledBack > 0 || st.Failing > 0:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonNodesFailing,
 			fmt.Sprintf("%d node(s) rolled back, %d failing with retries", st.RolledBack, st.Failing))
 	case reconcileIntervalErr(nc) != nil:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonInvalidReconcileInterval, reconcileIntervalErr(nc).Error())
-	case held.reason == v1alpha1.ReasonInvalidWindow:
-		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, held.reason, held.message)
+	case held.Reason == v1alpha1.ReasonInvalidWindow:
+		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, held.Reason, held.Message)
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "no node rolled back or failing")
 	}
@@ -226,11 +229,11 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 		if halted {
 			progressing = metav1.ConditionFalse
 		}
-		if held.reason != "" && st.Waiting > 0 {
+		if held.Reason != "" && st.Waiting > 0 {
 			// Held: the reason says why nothing new starts.
-			progressing, reason, msg = metav1.ConditionFalse, held.reason, msg+"; "+held.message
-			if !held.next.IsZero() {
-				st.NextWindow = &metav1.Time{Time: held.next}
+			progressing, reason, msg = metav1.ConditionFalse, held.Reason, msg+"; "+held.Message
+			if !held.Next.IsZero() {
+				st.NextWindow = &metav1.Time{Time: held.Next}
 			}
 		}
 		set(v1alpha1.ConditionProgressing, progressing, reason, msg)

@@ -16,6 +16,7 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/policy"
+	"nodeconfig.io/services/reconciler/internal/rollout"
 )
 
 // statusCoalesce groups NodeConfig status writes for nodes that change
@@ -68,7 +69,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (next time.Durat
 		res.State = nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT
 	}
 	c.noteRollbackSeen(name, &res)
-	if d.Held == nil || !errors.Is(res.Err, d.Held) {
+	if d.Unjudged == nil || !errors.Is(res.Err, d.Unjudged) {
 		// A held version is the NodeConfig's problem, not the node's: its
 		// Degraded condition and one Warning on it say so, where one per
 		// node would be thousands.
@@ -170,7 +171,7 @@ func (c *Controller) desired(ctx context.Context, node *metav1.PartialObjectMeta
 		return nil, leave, nil
 	case len(m.live) == 1:
 		nc := m.live[0]
-		if lets(nc) {
+		if rollout.Lets(nc) {
 			reset.Depart = c.departFor(node.Name)
 			return nc, reset, nil
 		}
@@ -259,8 +260,8 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 	ref := nc.Spec.Source.ConfigMap
 	// Outside a maintenance window even a drift repair waits: it restarts
 	// the kubelet.
-	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: soakSeconds(nc), NodeConfig: nc.Name,
-		CheckDrift: c.trialsHeld(nc).reason != v1alpha1.ReasonOutsideWindow}
+	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: c.book.Policy(nc).SoakSeconds, NodeConfig: nc.Name,
+		CheckDrift: c.book.Held(nc).Reason != v1alpha1.ReasonOutsideWindow}
 	src, data, err := c.pinned(ref)
 	if errors.Is(err, errConfigMapNotListed) {
 		return policy.Desired{}, err
@@ -270,7 +271,7 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 		return d, nil
 	}
 	d.Source = src
-	refused, err := c.refusal(ctx, versionOf(d.Source, d.Validator), d.Validator, data[ref.Key])
+	refused, err := c.refusal(ctx, rollout.VersionOf(d.Source, d.Validator), d.Validator, data[ref.Key])
 	if refused != "" || err != nil {
 		// Refused centrally, or not judged yet (the validator could not
 		// run): no node is assigned it, every node stays on what it runs
@@ -278,10 +279,10 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 		// why. Not judged, the node's sync fails so that it is retried
 		// with backoff.
 		c.queueStatus(nc.Name)
-		return policy.Desired{Mode: policy.ModeLeave, Held: err}, nil
+		return policy.Desired{Mode: policy.ModeLeave, Unjudged: err}, nil
 	}
 	d.Data = data
-	d.Admit = c.pace(nc, node.Name, versionOf(d.Source, d.Validator))
+	d.Admit = c.pace(nc, node.Name, rollout.VersionOf(d.Source, d.Validator))
 	return d, nil
 }
 
@@ -290,33 +291,33 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 func (c *Controller) record(node *metav1.PartialObjectMetadata, nc *v1alpha1.NodeConfig, res policy.Result, selectedBy []*v1alpha1.NodeConfig) time.Duration {
 	// A NodeConfig that lets its nodes go still selects them, but they
 	// depart from it as from one that no longer selects them.
-	following := nc
-	if nc != nil && lets(nc) {
-		following = nil
-	}
-	var leaving *v1alpha1.NodeConfig
-	if following == nil && res.Records.ResetSoaking(c.o.Now()) {
-		leaving = c.leaving(node.Name, res.Records.GetLastReset().GetFrom(), res.Records.GetLastReset().GetNodeConfig())
+	following := nc != nil && !rollout.Lets(nc)
+	leaving := ""
+	if !following && res.Records.ResetSoaking(c.o.Now()) {
+		if left := c.leaving(node.Name, res.Records.GetLastReset().GetFrom(), res.Records.GetLastReset().GetNodeConfig()); left != nil {
+			leaving = left.Name
+		}
 	}
 	c.mu.Lock()
 	info := c.infoLocked(node.Name)
-	prevState, prevNC, prevTrial := info.State, info.NodeConfig, info.indexed.trialOf
+	prevState, prevNC := info.State, info.NodeConfig
 	newGeneration := noteGenerations(info, selectedBy)
 	c.noteResultLocked(info, nc, res)
 	next := c.scheduleLocked(info, nc, res)
 	curNC := info.NodeConfig
 	changed := prevState != info.State || prevNC != curNC
-	freed := c.departureAfterSyncLocked(info, following, leaving)
-	leftTrial := ""
-	if prevTrial != "" && prevTrial != info.indexed.trialOf {
-		leftTrial = prevTrial
-	}
+	// Booked under c.mu: a status counts the node cache and the book at
+	// one moment.
+	freed := c.book.Synced(node.Name, rollout.Sync{
+		Facts:     rollout.Facts{State: info.State, NodeConfig: info.NodeConfig, Records: info.Records},
+		Failed:    res.Err != nil,
+		Following: following,
+		Leaving:   leaving,
+	})
 	c.mu.Unlock()
 
-	for _, name := range []string{freed, leftTrial} {
-		if name != "" {
-			c.wakeWaiting(name)
-		}
+	for _, name := range freed {
+		c.wakeWaiting(name)
 	}
 	if newGeneration {
 		// The NodeConfigs may now observe their generation.
@@ -345,8 +346,7 @@ func noteGenerations(info *NodeInfo, selectedBy []*v1alpha1.NodeConfig) (changed
 }
 
 // noteResultLocked stores the sync's state, records, NodeConfig and error
-// (with the retry delay the rate limiter takes for it), and ends the trial
-// of a node no longer on one.
+// (with the retry delay the rate limiter takes for it).
 func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, res policy.Result) {
 	info.State = res.State
 	if res.Records != nil {
@@ -365,22 +365,6 @@ func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, r
 	} else {
 		info.Err, info.Failures, info.Backoff = "", 0, 0
 	}
-	switch res.State {
-	case nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING,
-		nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED:
-	default:
-		// The trial, if any, is over.
-		info.Admitted, info.AdmittedFor = false, ""
-	}
-	if res.Err != nil && info.AdmittedFor != "" && !trialOnNode(info.Records) {
-		// Failed before its trial started: nothing unproven runs on the
-		// node, so its place protects nothing, and kept through the
-		// retries of a node that may never heal it would stall the
-		// rollout. The retry asks admission again, as any waiting node.
-		// A node that fails once its trial started keeps the place.
-		info.Admitted, info.AdmittedFor = false, ""
-	}
-	c.reindexLocked(info)
 }
 
 // scheduleLocked says when to sync the node again, and notes it: after an
@@ -423,13 +407,7 @@ func (c *Controller) queueStatus(ncNames ...string) {
 func (c *Controller) forgetNode(name string) {
 	c.mu.Lock()
 	info := c.nodes[name]
-	var departed string
-	if info != nil {
-		departed = info.DepartingFrom
-		c.departLocked(name, "")
-		info.Admitted, info.AdmittedFor, info.State = false, "", nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED
-		c.reindexLocked(info)
-	}
+	departed := c.book.Forget(name)
 	delete(c.nodes, name)
 	delete(c.syncs, name)
 	c.mu.Unlock()

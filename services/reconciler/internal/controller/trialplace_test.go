@@ -142,12 +142,14 @@ func TestARetryOfAnAdmittedNodeHonoursPauseWindowsAndHalt(t *testing.T) {
 	for name, hold := range map[string]func(f *fixture, agents map[string]*fakeAgent){
 		"paused": func(f *fixture, _ map[string]*fakeAgent) {
 			nc := f.storedNodeConfig("nc")
+			nc.Generation++ // a spec change, as the API server counts it
 			nc.Spec.Rollout.Paused = true
 			f.setNodeConfig(nc)
 		},
 		"outside every window": func(f *fixture, _ map[string]*fakeAgent) {
 			// The fixture's clock is 12:00 UTC.
 			nc := f.storedNodeConfig("nc")
+			nc.Generation++
 			nc.Spec.Rollout.Windows = []v1alpha1.Window{{Start: "02:00", End: "04:00"}}
 			f.setNodeConfig(nc)
 		},

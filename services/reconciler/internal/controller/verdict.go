@@ -10,6 +10,7 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/configcheck"
+	"nodeconfig.io/services/reconciler/internal/rollout"
 )
 
 // A version that fails its NodeConfig's validator is refused here, before
@@ -44,7 +45,7 @@ type failure struct {
 // refusal validates a version's payload once and says why it is refused
 // ("" if it passes). An error says the validator could not run: the
 // version has no verdict yet.
-func (c *Controller) refusal(ctx context.Context, v version, validator nodeconfigv1.Validator, payload string) (string, error) {
+func (c *Controller) refusal(ctx context.Context, v rollout.Version, validator nodeconfigv1.Validator, payload string) (string, error) {
 	if c.o.NodeValidationOnly {
 		return "", nil
 	}
@@ -64,7 +65,7 @@ func (c *Controller) refusal(ctx context.Context, v version, validator nodeconfi
 		if err != nil && configcheck.Unavailable(err) {
 			vs.failed.Add(v, failure{err: err, ended: c.o.Now()})
 			c.o.Log.Warn("central validation could not run; the version is assigned to no node until it does (retried with backoff)",
-				"configMapUID", v.uid, "resourceVersion", v.resourceVersion, "key", v.key, "validator", v.validator, "err", err)
+				"configMapUID", v.UID, "resourceVersion", v.ResourceVersion, "key", v.Key, "validator", v.Validator, "err", err)
 			return "", err
 		}
 		msg := ""
@@ -87,7 +88,7 @@ func (c *Controller) refusal(ctx context.Context, v version, validator nodeconfi
 }
 
 // knownRefusal is the verdict already reached on v, without validating.
-func (c *Controller) knownRefusal(v version) string {
+func (c *Controller) knownRefusal(v rollout.Version) string {
 	msg, _ := c.verdicts.judged.Get(v)
 	s, _ := msg.(string)
 	return s
@@ -95,7 +96,7 @@ func (c *Controller) knownRefusal(v version) string {
 
 // unjudged is why the validator could not run on v the last time it
 // tried, nil once it ran (or before it first ran).
-func (c *Controller) unjudged(v version) error {
+func (c *Controller) unjudged(v rollout.Version) error {
 	if f, ok := c.verdicts.failed.Get(v); ok {
 		return f.(failure).err
 	}

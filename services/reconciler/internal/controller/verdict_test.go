@@ -16,6 +16,7 @@ import (
 
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/configcheck"
+	"nodeconfig.io/services/reconciler/internal/rollout"
 )
 
 // kubeletCheck stands in for the child process of the kubelet validator:
@@ -89,7 +90,7 @@ func TestKubeletValidatorThatCannotRunHoldsTheVersion(t *testing.T) {
 	if got := k.runs.Load(); got != 1 {
 		t.Fatalf("%d runs for three nodes at once, want 1", got)
 	}
-	if f.c.knownRefusal(version{"uid-cfg", "10", "k", "kubelet"}) != "" {
+	if f.c.knownRefusal(rollout.Version{UID: "uid-cfg", ResourceVersion: "10", Key: "k", Validator: "kubelet"}) != "" {
 		t.Fatal("the failure to run was kept as a refusal")
 	}
 	f.syncNodeConfig("nc")
@@ -176,7 +177,7 @@ func TestConcurrentSyncsShareOneRun(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	// While it runs, the verdicts of other versions stay readable.
-	if f.c.knownRefusal(version{"uid-other", "1", "k", "yaml"}) != "" {
+	if f.c.knownRefusal(rollout.Version{UID: "uid-other", ResourceVersion: "1", Key: "k", Validator: "yaml"}) != "" {
 		t.Fatal("unexpected verdict")
 	}
 	close(release)

@@ -44,11 +44,11 @@ type Desired struct {
 	// ResolveErr is an early error met while resolving Source (ConfigMap or
 	// key missing); Source is then nil.
 	ResolveErr *nodeconfigv1.ConfigError
-	// Held, with ModeLeave, says why the node is left as it is for now
-	// (the central validator could not judge the new version): the sync
-	// fails with it, to be retried with backoff. Nothing is recorded on the
-	// node, which has done nothing wrong.
-	Held error
+	// Unjudged, with ModeLeave, says why the node is left as it is for now:
+	// the central validator could not judge the new version. The sync fails
+	// with it, to be retried with backoff. Nothing is recorded on the node,
+	// which has done nothing wrong.
+	Unjudged error
 	// Admit asks fleet pacing whether this node may start a trial of a new
 	// version now; nil admits. It is asked only when a trial would start, and
 	// a yes reserves the node's place in the trial.
@@ -159,7 +159,7 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 // syncUse runs the rest of a sync for a node that is not being reset.
 func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs *nodeconfigv1.Records, d Desired, now time.Time) Result {
 	if d.Mode == ModeLeave {
-		return Result{State: stateOf(recs), Records: recs, Err: d.Held}
+		return Result{State: stateOf(recs), Records: recs, Err: d.Unjudged}
 	}
 	if d.ResolveErr != nil {
 		return earlyError(ctx, agent, recs, d.ResolveErr)

@@ -307,7 +307,7 @@ func TestHeldNodeIsLeftAndRetried(t *testing.T) {
 	Sync(context.Background(), f, use("1"), t0)
 	f.calls = nil
 	held := errors.New("the kubelet validator could not run: /bin/nodeconfig-kubelet-check: no such file or directory")
-	r := Sync(context.Background(), f, Desired{Mode: ModeLeave, Held: held}, t0.Add(time.Second))
+	r := Sync(context.Background(), f, Desired{Mode: ModeLeave, Unjudged: held}, t0.Add(time.Second))
 	if !errors.Is(r.Err, held) || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING {
 		t.Fatalf("held: %+v, want the node soaking as before and the sync failing with the reason", r)
 	}
@@ -344,7 +344,7 @@ func TestSoakedConfigIsPromotedWhateverHoldsTheNode(t *testing.T) {
 	for name, d := range map[string]Desired{
 		"ConfigMap deleted": {Mode: ModeUse, ResolveErr: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonDownloadFailed, Message: "gone"}},
 		"abandoned":         {Mode: ModeLeave},
-		"newer unjudged":    {Mode: ModeLeave, Held: errors.New("the kubelet validator could not run")},
+		"newer unjudged":    {Mode: ModeLeave, Unjudged: errors.New("the kubelet validator could not run")},
 		"newer waits":       func() Desired { d := use("2"); d.Admit = func() Admission { return Wait }; return d }(),
 		"newer halted":      func() Desired { d := use("2"); d.Admit = func() Admission { return Halted }; return d }(),
 	} {

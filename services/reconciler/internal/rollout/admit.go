@@ -1,0 +1,95 @@
+package rollout
+
+import (
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/pacing"
+	"nodeconfig.io/services/reconciler/internal/policy"
+)
+
+// Ask is what admission needs to know beyond the Book: what the caller
+// read from its caches just before asking.
+type Ask struct {
+	// Seen says every node was synced since the start (but the one
+	// asking): one not seen yet may be soaking a change.
+	Seen bool
+	// Selected counts the nodes the NodeConfig selects.
+	Selected int
+	// Held is the Hold's reason ("" for none).
+	Held string
+}
+
+// Admit applies nc's rollout limits to one node starting a trial of
+// version v. The count and the reservation happen under one lock, so two
+// workers can never both take the last place in the trial.
+func (b *Book) Admit(nc *v1alpha1.NodeConfig, node string, v Version, ask Ask) policy.Admission {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Counted before the wait for unseen nodes: a halt is durable and
+	// holds whatever the nodes not seen yet say.
+	if pacing.Halted(b.haltCountLocked(nc, v), b.policyLocked(nc).MaxFailures) {
+		return policy.Halted
+	}
+	if ask.Held != "" || !ask.Seen {
+		// Not seen: a node not synced since this reconciler started may
+		// be soaking a reset that left nc.
+		return policy.Wait
+	}
+	if b.freePlacesLocked(nc, ask.Selected, node) <= 0 {
+		return policy.Wait
+	}
+	s := b.seatLocked(node)
+	s.admitted, s.admittedFor = true, nc.Name
+	b.reindexLocked(node, s)
+	return policy.Admitted
+}
+
+// freePlacesLocked is how many more nodes nc's trial takes, not counting
+// except ("" for none) among those in it. Nodes leaving nc share its trial
+// (see depart.go), so its limit is a share of them and of the selected
+// nodes.
+func (b *Book) freePlacesLocked(nc *v1alpha1.NodeConfig, selected int, except string) int {
+	total := selected + len(b.departing[nc.Name])
+	if Lets(nc) {
+		// Its departing nodes are among those it selects.
+		total = selected
+	}
+	limit := b.policyLocked(nc).MaxInTrial(total)
+	return limit - b.departuresInTrialLocked(nc.Name, except) - b.onTrialLocked(nc.Name, except)
+}
+
+// onTrialLocked counts nc's nodes on trial, except one.
+func (b *Book) onTrialLocked(nc, except string) int {
+	t := b.trials[nc]
+	if t == nil {
+		return 0
+	}
+	n := len(t.onTrial)
+	if _, ok := t.onTrial[except]; ok {
+		n--
+	}
+	return n
+}
+
+// Waking names the nodes pacing held back on ncName that its trial now
+// has places for (any of them: the one that syncs first takes a place);
+// nc is nil when the NodeConfig is gone, and then all of them wake. Each
+// woken node asks its agent, so waking every waiting node for each freed
+// place would cost thousands of syncs per place in a large paced rollout;
+// the nodes left waiting look again on the next freed place or their own
+// requeue.
+func (b *Book) Waking(ncName string, nc *v1alpha1.NodeConfig, selected int) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	free := len(b.waiting[ncName])
+	if nc != nil {
+		free = b.freePlacesLocked(nc, selected, "")
+	}
+	waking := make([]string, 0, max(0, min(free, len(b.waiting[ncName]))))
+	for name := range b.waiting[ncName] {
+		if len(waking) >= free {
+			break
+		}
+		waking = append(waking, name)
+	}
+	return waking
+}

@@ -1,0 +1,81 @@
+package rollout
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/pacing"
+)
+
+// Policy is one NodeConfig generation's rollout settings, parsed: every
+// node sync asks for them, and the windows' time zones are costly to load.
+type Policy struct {
+	maxInTrial *intstr.IntOrString
+	// MaxFailures is how many rollbacks of one version halt it (0 never).
+	MaxFailures int
+	// SoakSeconds is how long a change soaks, defaulted.
+	SoakSeconds int64
+	Paused      bool
+	Windows     pacing.Windows
+	// WindowsErr says why a window does not parse: no trial starts then.
+	WindowsErr error
+}
+
+// MaxInTrial is how many of total nodes may be on trial at once.
+func (p *Policy) MaxInTrial(total int) int { return pacing.MaxInTrial(p.maxInTrial, total) }
+
+// ParsePolicy reads nc's rollout settings.
+func ParsePolicy(nc *v1alpha1.NodeConfig) *Policy {
+	p := &Policy{
+		maxInTrial:  nc.Spec.Rollout.MaxInTrial,
+		MaxFailures: pacing.MaxFailures(nc.Spec.Rollout.MaxFailures),
+		SoakSeconds: nc.Spec.SoakSeconds,
+		Paused:      nc.Spec.Rollout.Paused,
+	}
+	if p.SoakSeconds == 0 {
+		p.SoakSeconds = v1alpha1.DefaultSoakSeconds
+	}
+	for i, w := range nc.Spec.Rollout.Windows {
+		pw, err := pacing.ParseWindow(w.Days, w.Start, w.End, w.TimeZone)
+		if err != nil {
+			p.Windows, p.WindowsErr = nil, fmt.Errorf("window %d: %w", i, err)
+			break
+		}
+		p.Windows = append(p.Windows, pw)
+	}
+	return p
+}
+
+// maxPolicies bounds the cache; above it the entries of old generations
+// are dropped with the rest, as they are cheap to parse again.
+const maxPolicies = 1024
+
+type policyKey struct {
+	uid        types.UID
+	name       string
+	generation int64
+}
+
+// Policy is nc's rollout settings, parsed once per generation (the spec
+// changes only with it). It is shared: callers must not change it.
+func (b *Book) Policy(nc *v1alpha1.NodeConfig) *Policy {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.policyLocked(nc)
+}
+
+func (b *Book) policyLocked(nc *v1alpha1.NodeConfig) *Policy {
+	key := policyKey{nc.UID, nc.Name, nc.Generation}
+	if p, ok := b.policies[key]; ok {
+		return p
+	}
+	p := ParsePolicy(nc)
+	if len(b.policies) > maxPolicies {
+		clear(b.policies)
+	}
+	b.policies[key] = p
+	return p
+}

@@ -1,0 +1,52 @@
+package rollout
+
+import (
+	"testing"
+
+	"nodeconfig.io/services/api/v1alpha1"
+)
+
+// The settings are parsed once per generation: the spec changes only with
+// it.
+func TestAPolicyIsParsedOncePerGeneration(t *testing.T) {
+	b := newBook()
+	nc := nodeConfig("nc", 1)
+	first := b.Policy(nc)
+	if first.SoakSeconds != v1alpha1.DefaultSoakSeconds || first.MaxFailures != 1 || first.MaxInTrial(10) != 1 {
+		t.Fatalf("defaults: soak %d, maxFailures %d, maxInTrial %d; want %d, 1, 1", first.SoakSeconds, first.MaxFailures, first.MaxInTrial(10), v1alpha1.DefaultSoakSeconds)
+	}
+	if again := b.Policy(nc.DeepCopy()); again != first {
+		t.Error("the same generation was parsed again")
+	}
+	next := nc.DeepCopy()
+	next.Generation, next.Spec.SoakSeconds, next.Spec.Rollout.Paused = 2, 120, true
+	if p := b.Policy(next); p == first || p.SoakSeconds != 120 || !p.Paused {
+		t.Errorf("generation 2: soak %d paused %v, want 120 and paused", p.SoakSeconds, p.Paused)
+	}
+}
+
+// A window that does not parse holds before a pause; a closed window says
+// when the next opens.
+func TestHeld(t *testing.T) {
+	b := newBook()
+	for _, tc := range []struct {
+		name    string
+		rollout v1alpha1.Rollout
+		reason  string
+	}{
+		{"open", v1alpha1.Rollout{}, ""},
+		{"paused", v1alpha1.Rollout{Paused: true}, v1alpha1.ReasonPaused},
+		{"invalid window", v1alpha1.Rollout{Paused: true, Windows: []v1alpha1.Window{{Start: "25:00", End: "04:00"}}}, v1alpha1.ReasonInvalidWindow},
+		{"closed", v1alpha1.Rollout{Windows: []v1alpha1.Window{{Start: "02:00", End: "04:00"}}}, v1alpha1.ReasonOutsideWindow},
+	} {
+		nc := nodeConfig(tc.name, 1)
+		nc.Spec.Rollout = tc.rollout
+		h := b.Held(nc)
+		if h.Reason != tc.reason {
+			t.Errorf("%s: held %q (%s), want %q", tc.name, h.Reason, h.Message, tc.reason)
+		}
+		if open := h.Next.IsZero(); open != (tc.reason != v1alpha1.ReasonOutsideWindow) {
+			t.Errorf("%s: next window %v", tc.name, h.Next)
+		}
+	}
+}
