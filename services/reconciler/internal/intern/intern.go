@@ -1,6 +1,11 @@
 // Package intern keeps one copy of strings that thousands of cached
 // objects repeat: the few configs every node's records name, the label
 // keys and values most Nodes share.
+//
+// Go's unique package does not serve here: it drops its canonical copy
+// once no Handle to it is held, and the cached objects hold strings, not
+// Handles, so every string interned before a garbage collection would be
+// copied anew after it.
 package intern
 
 import "k8s.io/utils/lru"
