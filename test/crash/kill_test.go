@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -130,7 +131,7 @@ func (w *worker) cycle(ctx context.Context, v int) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(time.Until(activated.SoakEnd())):
+	case <-time.After(time.Until(records.SoakEnd(activated))):
 	}
 	if err := w.call(rpcPromote, func() error {
 		_, err := w.client.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src})

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/servekit/atomicfile"
 	"nodeconfig.io/test/framework/sim"
@@ -263,7 +264,7 @@ func (m *rbModel) observe(r *nodeconfigv1.Records, where string) {
 // the test acts.
 func (m *rbModel) settled(r *nodeconfigv1.Records) bool {
 	c := r.GetConsumer()
-	if c == nil || !nodeconfigv1.SameSource(c.GetSource(), r.GetActive().GetSource()) || c.GetPhase() != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY {
+	if c == nil || !records.SameSource(c.GetSource(), r.GetActive().GetSource()) || c.GetPhase() != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY {
 		return false
 	}
 	m.mu.Lock()
@@ -394,7 +395,7 @@ func (m *rbModel) promoteGood(ctx context.Context, c nodeconfigv1.CheckpointServ
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(time.Until(r.SoakEnd())):
+	case <-time.After(time.Until(records.SoakEnd(r))):
 	}
 	m.setPromoting(v)
 	defer m.setPromoting(0)
@@ -1019,7 +1020,7 @@ func landed(r *rbRound, first *nodeconfigv1.Records, fileSwitched, exited bool) 
 			return "after the rollback, consumer restarted"
 		case fileSwitched:
 			return "inside the rollback, file switched"
-		case first.FailedLate(source(r.failed), nodeconfigv1.Validator_VALIDATOR_YAML) != nil:
+		case records.FailedLate(first, source(r.failed), nodeconfigv1.Validator_VALIDATOR_YAML) != nil:
 			return "inside the rollback, verdict recorded"
 		default:
 			return "before the rollback's verdict"

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -146,7 +147,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 	}
 	active := recs.GetActive().GetSource()
 	c := recs.GetConsumer()
-	if c == nil || !nodeconfigv1.SameSource(c.GetSource(), active) {
+	if c == nil || !records.SameSource(c.GetSource(), active) {
 		// Nothing recorded for this active config (the gate was just turned
 		// on): a node that never had a config runs its local default and
 		// only needs watching; otherwise the consumer may run an older file,
@@ -164,7 +165,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 	}
 	if !g.started {
 		g.started = true
-		if c.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY && recs.Soaking() {
+		if c.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY && records.Soaking(recs) {
 			// The node or the agent was down for a while nobody watched: the
 			// soak keeps what was seen healthy and goes on once it is again.
 			_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, "the agent started: the soak goes on once the consumer is seen healthy again")
@@ -176,7 +177,7 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		*failures = 0
 		g.seen = nil
 		g.healthy = ""
-		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", active.Describe())
+		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", records.Describe(active))
 		if err := g.restart(ctx); err != nil {
 			g.Log.Error("restart the consumer", "err", err)
 			_, _ = g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, "restart failed, retrying: "+err.Error())
@@ -218,11 +219,11 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			return g.Period
 		}
 		if crashing {
-			g.fail(active, fmt.Sprintf("the consumer is crash-looping on %s: %d processes since its restart, none healthy: %s", active.Describe(), len(g.seen), detail))
+			g.fail(active, fmt.Sprintf("the consumer is crash-looping on %s: %d processes since its restart, none healthy: %s", records.Describe(active), len(g.seen), detail))
 			g.seen = nil
 			return 0
 		}
-		g.fail(active, fmt.Sprintf("the consumer did not become healthy within %s of its restart onto %s: %s", g.HealthTimeout, active.Describe(), detail))
+		g.fail(active, fmt.Sprintf("the consumer did not become healthy within %s of its restart onto %s: %s", g.HealthTimeout, records.Describe(active), detail))
 		return 0
 	case nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY:
 		healthy, detail := g.Prober.Probe(ctx)
@@ -252,8 +253,8 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			if g.waitsForRuntime(ctx, active) {
 				return g.Period
 			}
-			msg := fmt.Sprintf("the consumer turned unhealthy on %s (%d failed probes in a row): %s", active.Describe(), g.FailureThreshold, detail)
-			if !recs.Soaking() {
+			msg := fmt.Sprintf("the consumer turned unhealthy on %s (%d failed probes in a row): %s", records.Describe(active), g.FailureThreshold, detail)
+			if !records.Soaking(recs) {
 				// A config proven through its soak is not judged again by a
 				// later outage of a kubelet that ran it: only one that will
 				// not run it after a restart onto it gives it up.
@@ -283,7 +284,7 @@ const seenHealthyEvery = 15 * time.Second
 // noteSeenHealthy writes down, every seenHealthyEvery while the config
 // soaks, that the consumer was seen healthy on it.
 func (g *Gate) noteSeenHealthy(active *nodeconfigv1.ConfigSource, recs *nodeconfigv1.Records) {
-	if !recs.Soaking() || (!g.seenWritten.IsZero() && time.Since(g.seenWritten) < seenHealthyEvery) {
+	if !records.Soaking(recs) || (!g.seenWritten.IsZero() && time.Since(g.seenWritten) < seenHealthyEvery) {
 		return
 	}
 	if err := g.Lifecycle.SeenHealthy(active); err != nil {

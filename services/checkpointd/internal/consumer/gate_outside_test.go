@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -38,7 +39,7 @@ func TestGateDoesNotBlameTheConfigForAKubeletRestartedBySomethingElse(t *testing
 	healthy.Store(true)
 	failures := 0
 	steps(g, 1, &failures)
-	soakBefore := node.recs.SoakStart()
+	soakBefore := records.SoakStart(node.recs)
 	// kubeadm's babysitter starts a crashed kubelet again: a new process,
 	// not healthy yet.
 	kubelet.id = "200@2"
@@ -50,13 +51,13 @@ func TestGateDoesNotBlameTheConfigForAKubeletRestartedBySomethingElse(t *testing
 	if phase(node) != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING || !strings.Contains(node.recs.GetConsumer().GetMessage(), "restarted by something else") {
 		t.Fatalf("consumer %v, want WAITING saying it was restarted by something else", node.recs.GetConsumer())
 	}
-	if !node.recs.SoakStart().IsZero() {
-		t.Fatalf("the soak runs on (from %s) while the restarted kubelet is not healthy", node.recs.SoakStart())
+	if !records.SoakStart(node.recs).IsZero() {
+		t.Fatalf("the soak runs on (from %s) while the restarted kubelet is not healthy", records.SoakStart(node.recs))
 	}
 	healthy.Store(true)
 	steps(g, 1, &failures)
-	if phase(node) != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY || !node.recs.SoakStart().After(soakBefore) {
-		t.Fatalf("consumer %v soak from %s, want HEALTHY and the soak measured from now", node.recs.GetConsumer(), node.recs.SoakStart())
+	if phase(node) != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY || !records.SoakStart(node.recs).After(soakBefore) {
+		t.Fatalf("consumer %v soak from %s, want HEALTHY and the soak measured from now", node.recs.GetConsumer(), records.SoakStart(node.recs))
 	}
 }
 

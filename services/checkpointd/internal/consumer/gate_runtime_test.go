@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -101,8 +102,8 @@ func TestGateHoldsTheSoakWhileTheContainerRuntimeIsDown(t *testing.T) {
 	failures := 0
 	steps(g, 4, &failures)
 	heldForTheRuntime(t, node)
-	if !node.recs.SoakStart().IsZero() {
-		t.Fatalf("the soak runs on (from %s) while the container runtime is down", node.recs.SoakStart())
+	if !records.SoakStart(node.recs).IsZero() {
+		t.Fatalf("the soak runs on (from %s) while the container runtime is down", records.SoakStart(node.recs))
 	}
 	rt.ready = true
 	healthy.Store(true)

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -35,7 +36,7 @@ type fakeNode struct {
 func (f *fakeNode) Records() (*nodeconfigv1.Records, error) { return f.recs, nil }
 
 func (f *fakeNode) SetConsumer(s *nodeconfigv1.ConfigSource, phase nodeconfigv1.ConsumerPhase, message string) (bool, error) {
-	if !nodeconfigv1.SameSource(s, f.recs.GetActive().GetSource()) {
+	if !records.SameSource(s, f.recs.GetActive().GetSource()) {
 		return false, nil
 	}
 	f.recs.Consumer = &nodeconfigv1.ConsumerRecord{Source: s, Phase: phase, Since: timestamppb.Now(), Message: message}
@@ -46,10 +47,10 @@ func (f *fakeNode) SeenHealthy(*nodeconfigv1.ConfigSource) error { return nil }
 
 func (f *fakeNode) RollBack(s *nodeconfigv1.ConfigSource, message string) (bool, error) {
 	lkg := f.recs.GetLastKnownGood()
-	if nodeconfigv1.SameSource(s, lkg.GetSource()) {
+	if records.SameSource(s, lkg.GetSource()) {
 		f.lkgRollbacks = append(f.lkgRollbacks, message)
 	}
-	if !nodeconfigv1.SameSource(s, f.recs.GetActive().GetSource()) || nodeconfigv1.SameSource(s, lkg.GetSource()) {
+	if !records.SameSource(s, f.recs.GetActive().GetSource()) || records.SameSource(s, lkg.GetSource()) {
 		return false, nil
 	}
 	f.rollbacks = append(f.rollbacks, message)
@@ -134,7 +135,7 @@ func TestGateRollsBackAConsumerThatDoesNotComeBack(t *testing.T) {
 	// Back on last-known-good: restarted onto it and healthy there.
 	healthy.Store(true)
 	steps(g, 2, &failures)
-	if r.n != 1 || phase(node) != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY || !nodeconfigv1.SameSource(node.recs.GetConsumer().GetSource(), src("1")) {
+	if r.n != 1 || phase(node) != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY || !records.SameSource(node.recs.GetConsumer().GetSource(), src("1")) {
 		t.Fatalf("restarts %d, consumer %v; want restarted onto last-known-good and healthy", r.n, node.recs.GetConsumer())
 	}
 }
@@ -153,7 +154,7 @@ func TestGateRollsBackAConsumerThatTurnsUnhealthyDuringTheSoak(t *testing.T) {
 		t.Fatalf("rolled back after one failed probe of a threshold of two")
 	}
 	steps(g, 1, &failures)
-	if len(node.rollbacks) != 1 || !nodeconfigv1.SameSource(node.recs.GetActive().GetSource(), src("1")) {
+	if len(node.rollbacks) != 1 || !records.SameSource(node.recs.GetActive().GetSource(), src("1")) {
 		t.Fatalf("rollbacks %v active %v, want rolled back to last-known-good", node.rollbacks, node.recs.GetActive())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
@@ -112,7 +113,7 @@ func TestTheSoakCountsOnlyTimeSeenHealthy(t *testing.T) {
 	g = gateOn(t, r, &countingRestarter{})
 	stepUntil(t, g, r, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY)
 	recs := r.records(t)
-	if end, want := recs.SoakEnd(), r.clock().Add(500*time.Second); !end.Equal(want) {
+	if end, want := records.SoakEnd(recs), r.clock().Add(500*time.Second); !end.Equal(want) {
 		t.Fatalf("soak ends at %v, want %v: 100 s of it were seen healthy before the downtime, the hour down counts for nothing", end, want)
 	}
 }
@@ -135,7 +136,7 @@ func TestTheSoakPausesWhileTheKubeletIsRestartedBySomethingElse(t *testing.T) {
 	r.advance(30 * time.Second)
 	healthy.Store(true)
 	stepUntil(t, g, r, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY)
-	if end, want := r.records(t).SoakEnd(), r.clock().Add(500*time.Second); !end.Equal(want) {
+	if end, want := records.SoakEnd(r.records(t)), r.clock().Add(500*time.Second); !end.Equal(want) {
 		t.Fatalf("soak ends at %v, want %v: 100 s earned before the outside restart, the 30 s down not counted", end, want)
 	}
 }
@@ -187,7 +188,7 @@ func TestAnUnknownConsumerIsNeverPromoted(t *testing.T) {
 		g.step(context.Background(), &failures)
 	}
 	c := r.records(t).GetConsumer()
-	if c.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY || !r.records(t).SoakStart().IsZero() {
+	if c.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY || !records.SoakStart(r.records(t)).IsZero() {
 		t.Fatalf("consumer %v: judged healthy though no process of it runs", c)
 	}
 	if !strings.Contains(c.GetMessage(), "--consumer-exe") {

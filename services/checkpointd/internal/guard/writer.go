@@ -132,7 +132,7 @@ func MarkHealthy(dir string, id Identity) error { return Writer{Dir: dir}.MarkHe
 // ReadFallback returns the guard's record that it fell back, nil when there
 // is none. The agent reads it at start, before it repairs the drop-in, and
 // before it records the kubelet healthy: a matching trial gets a late error
-// (nodeconfigv1.ReasonStartGuardFellBack), then ClearFallback.
+// (records.ReasonStartGuardFellBack), then ClearFallback.
 func ReadFallback(dir string) (*Fallback, error) {
 	var f Fallback
 	found, err := readJSON(filepath.Join(dir, FallbackFile), &f)

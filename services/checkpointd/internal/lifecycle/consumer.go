@@ -8,12 +8,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
-
-// ReasonConsumerUnhealthy is the late error of a config the consumer does
-// not run healthy.
-const ReasonConsumerUnhealthy = nodeconfigv1.ReasonConsumerUnhealthy
 
 // ConsumerNode is the lifecycle as the consumer gate sees it.
 type ConsumerNode struct{ *Node }
@@ -96,7 +93,7 @@ func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, message string) (
 	if src == nil || !proto.Equal(recs.GetActive().GetSource(), src) {
 		return false, nil
 	}
-	if _, err := c.rollBackLocked(ReasonConsumerUnhealthy, message, src); err != nil {
+	if _, err := c.rollBackLocked(records.ReasonConsumerUnhealthy, message, src); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"syscall"
 
-	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/proto/nodeconfig/records"
 )
 
 // The lifecycle's own errors. Besides them, the store's errors
@@ -29,17 +29,12 @@ func refusedf(format string, args ...any) error {
 	return refusal{fmt.Sprintf(format, args...)}
 }
 
-// ReasonWriteFailed is the early error of a target file that cannot be
-// written (read-only or full disk): nothing rolls back, the caller retries,
-// and the next successful write clears it.
-const ReasonWriteFailed = nodeconfigv1.ReasonWriteFailed
-
 // WriteFailedError is a target file that could not be written or removed.
-// The node has recorded it as the early error ReasonWriteFailed, so that
+// The node has recorded it as the early error records.ReasonWriteFailed, so that
 // its status says why its config is not in place.
 type WriteFailedError struct {
-	// Reason is the early error recorded: ReasonWriteFailed, or
-	// ReasonNodeFilesUnreadable for the node's own files it cannot read.
+	// Reason is the early error recorded: records.ReasonWriteFailed, or
+	// records.ReasonNodeFilesUnreadable for the node's own files it cannot read.
 	Reason string
 	// Message says what could not be written where, and why.
 	Message string
@@ -50,7 +45,7 @@ type WriteFailedError struct {
 func (e *WriteFailedError) Error() string {
 	reason := e.Reason
 	if reason == "" {
-		reason = ReasonWriteFailed
+		reason = records.ReasonWriteFailed
 	}
 	return fmt.Sprintf("%s (recorded as an early error %s; retry)", e.Message, reason)
 }
@@ -70,8 +65,3 @@ func (e *WriteFailedError) NoSpace() bool {
 type TargetError struct{ Err error }
 
 func (e *TargetError) Error() string { return e.Err.Error() }
-
-// ReasonNodeFilesUnreadable is the early error of a node whose own kubelet
-// files (its --config file, its other drop-ins) cannot be read: it says
-// nothing of the config, so nothing rolls back and the caller retries.
-const ReasonNodeFilesUnreadable = "NodeFilesUnreadable"

@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/guard"
 )
@@ -79,7 +80,7 @@ func (n *Node) guardFallbackLocked() {
 		return
 	}
 	if active := recs.GetActive().GetSource(); active != nil && trialIdentity(active) == fb.Identity && !proto.Equal(active, recs.GetLastKnownGood().GetSource()) {
-		if _, err := n.rollBackLocked(nodeconfigv1.ReasonStartGuardFellBack, fb.Message, active); err != nil {
+		if _, err := n.rollBackLocked(records.ReasonStartGuardFellBack, fb.Message, active); err != nil {
 			n.log.Error("cannot record the start guard's fallback", "err", err)
 			return
 		}

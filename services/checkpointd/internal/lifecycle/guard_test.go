@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/proto/nodeconfig/records"
 	"nodeconfig.io/services/checkpointd/internal/guard"
 )
 
@@ -41,7 +41,7 @@ func TestTheGuardsTrialFollowsTheRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := f.records(t)
-	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) || recs.GetError().GetError().GetReason() != nodeconfigv1.ReasonStartGuardFellBack {
+	if !records.SameSource(recs.GetActive().GetSource(), src("1")) || recs.GetError().GetError().GetReason() != records.ReasonStartGuardFellBack {
 		t.Fatalf("records %v; want last-known-good active and the guard's late error", recs)
 	}
 	if got, _ := f.targetContent(t); got != "a: 1\n" {
@@ -87,7 +87,7 @@ func TestAFallbackWhileTheAgentRunsIsNeverUndone(t *testing.T) {
 				t.Fatalf("the drop-in holds %q after the %s; want the guard's last-known-good kept", got, name)
 			}
 			recs := f.records(t)
-			if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) || !nodeconfigv1.SameSource(recs.GetLastKnownGood().GetSource(), src("1")) || recs.GetError().GetError().GetReason() != nodeconfigv1.ReasonStartGuardFellBack {
+			if !records.SameSource(recs.GetActive().GetSource(), src("1")) || !records.SameSource(recs.GetLastKnownGood().GetSource(), src("1")) || recs.GetError().GetError().GetReason() != records.ReasonStartGuardFellBack {
 				t.Fatalf("records %v after the %s; want last-known-good 1 active and kept, and the guard's late error", recs, name)
 			}
 		})

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"fmt"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/guard"
 )
@@ -22,13 +23,13 @@ func trialIdentity(src *nodeconfigv1.ConfigSource) guard.Identity {
 }
 
 // desiredTrial is the trial the records stand for, nil for none: the active
-// config while it is not last-known-good. That is records.Soaking() in every
+// config while it is not last-known-good. That is records.Soaking(r) in every
 // settled state, and also covers the moments it does not (an activation
 // whose write failed, an assignment kept off by its late mark): whatever is
 // active and unproven is what the kubelet may fail to start on.
 func desiredTrial(r *nodeconfigv1.Records, target string, lkg payloadFunc) (*guard.Trial, error) {
 	active := r.GetActive().GetSource()
-	if active == nil || nodeconfigv1.SameSource(active, r.GetLastKnownGood().GetSource()) {
+	if active == nil || records.SameSource(active, r.GetLastKnownGood().GetSource()) {
 		return nil, nil
 	}
 	return trialOf(active, r, target, lkg)
@@ -41,7 +42,7 @@ func desiredTrial(r *nodeconfigv1.Records, target string, lkg payloadFunc) (*gua
 func activatingTrial(r *nodeconfigv1.Records, target string, lkg payloadFunc) (*guard.Trial, error) {
 	a := r.GetAssigned()
 	src := a.GetSource()
-	if src == nil || nodeconfigv1.SameSource(src, r.GetLastKnownGood().GetSource()) || r.FailedLate(src, a.GetValidator()) != nil {
+	if src == nil || records.SameSource(src, r.GetLastKnownGood().GetSource()) || records.FailedLate(r, src, a.GetValidator()) != nil {
 		return nil, nil
 	}
 	return trialOf(src, r, target, lkg)
@@ -52,11 +53,11 @@ func trialOf(src *nodeconfigv1.ConfigSource, r *nodeconfigv1.Records, target str
 	if good := r.GetLastKnownGood().GetSource(); good != nil {
 		payload, err := lkg(good)
 		if err != nil {
-			return nil, fmt.Errorf("read last-known-good %s for the start guard: %w", good.Describe(), err)
+			return nil, fmt.Errorf("read last-known-good %s for the start guard: %w", records.Describe(good), err)
 		}
 		t.LastKnownGood = payload
 		if payload != nil {
-			t.LastKnownGoodName = good.Describe()
+			t.LastKnownGoodName = records.Describe(good)
 		}
 	}
 	if err := t.Validate(); err != nil {

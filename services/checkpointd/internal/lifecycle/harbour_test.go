@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -62,10 +63,10 @@ func TestAnUnreadableBaseConfigIsAnEarlyError(t *testing.T) {
 		t.Fatalf("Activate = %v, %v; want an early error, nothing rolled back", outcome, err)
 	}
 	recs := f.records(t)
-	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != ReasonNodeFilesUnreadable {
-		t.Fatalf("error %v; want the early %s", e, ReasonNodeFilesUnreadable)
+	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != records.ReasonNodeFilesUnreadable {
+		t.Fatalf("error %v; want the early %s", e, records.ReasonNodeFilesUnreadable)
 	}
-	if recs.FailedLate(src("2"), nodeconfigv1.Validator_VALIDATOR_KUBELET) != nil {
+	if records.FailedLate(recs, src("2"), nodeconfigv1.Validator_VALIDATOR_KUBELET) != nil {
 		t.Fatal("version 2 was marked as failed for the node's own unreadable file")
 	}
 	if content, _ := f.targetContent(t); content != good {

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"testing"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -26,10 +27,10 @@ func rolledBackByTheConsumer(t *testing.T, f *fixture, rv string) {
 func wantStillRolledBack(t *testing.T, f *fixture, rv string) {
 	t.Helper()
 	recs := f.records(t)
-	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) {
+	if !records.SameSource(recs.GetActive().GetSource(), src("1")) {
 		t.Fatalf("active = %v, want last-known-good: version %s failed late and must never be active again", recs.GetActive().GetSource(), rv)
 	}
-	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE || e.GetReason() != ReasonConsumerUnhealthy {
+	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE || e.GetReason() != records.ReasonConsumerUnhealthy {
 		t.Fatalf("error = %v, want the late ConsumerUnhealthy error kept", e)
 	}
 	if got, _ := f.targetContent(t); got != "a: 1\n" {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/checkpointd/internal/guard"
@@ -137,7 +138,7 @@ func (n *Node) Assign(a Assignment) (*nodeconfigv1.Records, error) {
 		// The error (and the reset) belonged to what came before, unless
 		// this version already failed late here: its mark stands.
 		r.Error, r.LastReset = nil, nil
-		if f := r.FailedLate(src, a.Validator); f != nil {
+		if f := records.FailedLate(r, src, a.Validator); f != nil {
 			r.Error = &nodeconfigv1.ErrorRecord{Error: f.GetError(), WrittenAt: now}
 		}
 		return true, nil
@@ -170,10 +171,10 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 		}
 		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_NOTHING_ASSIGNED, recs, nil
 	}
-	if f := recs.FailedLate(assigned.GetSource(), assigned.GetValidator()); f != nil {
+	if f := records.FailedLate(recs, assigned.GetSource(), assigned.GetValidator()); f != nil {
 		// Judged once already: a retry, a restart or a soak edit never
 		// tries it again, and the node runs last-known-good meanwhile.
-		if recs.RollbackUnfinished() {
+		if records.RollbackUnfinished(recs) {
 			recs, err := n.rollBackLocked(f.GetError().GetReason(), f.GetError().GetMessage(), assigned.GetSource())
 			if err != nil {
 				return 0, nil, err
@@ -188,7 +189,7 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 	}
 	content, reason, loadErr := n.load(assigned.GetSource(), assigned.GetValidator())
 	if nodeFiles := (*kubeletcheck.NodeFilesError)(nil); errors.As(loadErr, &nodeFiles) {
-		return 0, nil, n.earlyErrorLocked(ReasonNodeFilesUnreadable, fmt.Sprintf("cannot judge %s: the node's own kubelet files: %v", describeExactly(assigned.GetSource()), nodeFiles), nodeFiles)
+		return 0, nil, n.earlyErrorLocked(records.ReasonNodeFilesUnreadable, fmt.Sprintf("cannot judge %s: the node's own kubelet files: %v", describeExactly(assigned.GetSource()), nodeFiles), nodeFiles)
 	}
 	if loadErr != nil {
 		recs, err := n.rollBackLocked(reason, fmt.Sprintf("%s %s: %v", describeExactly(assigned.GetSource()), reasonVerb(reason), loadErr), assigned.GetSource())
@@ -233,7 +234,7 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 // error, so that the node's status says why its config is not in place,
 // and returns it as a *WriteFailedError.
 func (n *Node) writeFailedLocked(message string, cause error) error {
-	return n.earlyErrorLocked(ReasonWriteFailed, message, cause)
+	return n.earlyErrorLocked(records.ReasonWriteFailed, message, cause)
 }
 
 // earlyErrorLocked records a fault of the node (a file it cannot write or
@@ -345,13 +346,13 @@ func (n *Node) Promote(src *nodeconfigv1.ConfigSource) (*nodeconfigv1.Records, e
 		case r.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
 			refusal = fmt.Errorf("%s has a late error: %s", describeExactly(src), r.GetError().GetError().GetMessage())
 		case proto.Equal(r.GetLastKnownGood().GetSource(), src):
-		case r.SoakStart().IsZero():
+		case records.SoakStart(r).IsZero():
 			refusal = fmt.Errorf("%s has not begun its soak: the consumer is %s on it", describeExactly(src), consumerPhase(r))
-		case now.AsTime().Before(r.SoakEnd()):
+		case now.AsTime().Before(records.SoakEnd(r)):
 			// The soak is the node's own fact (from when the config became
 			// active, or the consumer healthy on it), so the node enforces it
 			// whoever asks.
-			refusal = fmt.Errorf("%s is soaking until %s", describeExactly(src), r.SoakEnd().UTC().Format(time.RFC3339))
+			refusal = fmt.Errorf("%s is soaking until %s", describeExactly(src), records.SoakEnd(r).UTC().Format(time.RFC3339))
 		}
 		if refusal != nil || proto.Equal(r.GetLastKnownGood().GetSource(), src) {
 			return false, nil
@@ -450,10 +451,10 @@ func (n *Node) Recover() error {
 	assigned := recs.GetAssigned()
 	active := recs.GetActive().GetSource()
 	switch {
-	case recs.RollbackUnfinished():
+	case records.RollbackUnfinished(recs):
 		// A rollback a kill interrupted: its verdict is recorded, its
 		// switch to last-known-good is not.
-		failed := recs.FailedLate(assigned.GetSource(), assigned.GetValidator())
+		failed := records.FailedLate(recs, assigned.GetSource(), assigned.GetValidator())
 		_, err = n.rollBackLocked(failed.GetError().GetReason(), failed.GetError().GetMessage(), assigned.GetSource())
 	case assigned != nil && !proto.Equal(assigned.GetSource(), active) &&
 		recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
@@ -539,7 +540,7 @@ func (n *Node) content(src *nodeconfigv1.ConfigSource) ([]byte, error) {
 // holds what it should.
 func (n *Node) clearWriteFailedLocked() error {
 	_, err := n.store.UpdateRecords(func(r *nodeconfigv1.Records, _ *timestamppb.Timestamp) (bool, error) {
-		if e := r.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != ReasonWriteFailed {
+		if e := r.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != records.ReasonWriteFailed {
 			return false, nil
 		}
 		r.Error = nil

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
@@ -144,7 +145,7 @@ func TestActivateWritesTargetThenRecordsActive(t *testing.T) {
 		t.Fatalf("outcome %v", got)
 	}
 	recs := f.records(t)
-	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) || recs.GetError() != nil {
+	if !records.SameSource(recs.GetActive().GetSource(), src("1")) || recs.GetError() != nil {
 		t.Fatalf("records after activation: %v", recs)
 	}
 	if got, ok := f.targetContent(t); !ok || got != "a: 1\n" {
@@ -160,7 +161,7 @@ func TestLateErrorRollsBackToLastKnownGoodAndRecordsError(t *testing.T) {
 		t.Fatalf("outcome %v, want ROLLED_BACK", got)
 	}
 	recs := f.records(t)
-	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) {
+	if !records.SameSource(recs.GetActive().GetSource(), src("1")) {
 		t.Fatalf("active = %v, want last-known-good", recs.GetActive())
 	}
 	e := recs.GetError().GetError()
@@ -241,7 +242,7 @@ func TestRecoverRepairsDriftAndFinishesInterruptedActivation(t *testing.T) {
 	if err := f.node.Recover(); err != nil {
 		t.Fatal(err)
 	}
-	if recs := f.records(t); !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("2")) {
+	if recs := f.records(t); !records.SameSource(recs.GetActive().GetSource(), src("2")) {
 		t.Fatalf("active after recover = %v, want the assigned config", recs.GetActive())
 	}
 	repaired, err := f.node.RepairDrift()
@@ -283,10 +284,10 @@ func TestActivateWriteFailureIsAnEarlyErrorNotARollback(t *testing.T) {
 	_, _, err := f.node.Activate()
 	wantWriteFailed(t, err, false, "cannot write")
 	recs := f.records(t)
-	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != ReasonWriteFailed {
-		t.Fatalf("error %v, want an early %s", e, ReasonWriteFailed)
+	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != records.ReasonWriteFailed {
+		t.Fatalf("error %v, want an early %s", e, records.ReasonWriteFailed)
 	}
-	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) || !nodeconfigv1.SameSource(recs.GetLastKnownGood().GetSource(), src("1")) {
+	if !records.SameSource(recs.GetActive().GetSource(), src("1")) || !records.SameSource(recs.GetLastKnownGood().GetSource(), src("1")) {
 		t.Fatalf("records moved on a write failure: %v", recs)
 	}
 	f.node.target = f.target
@@ -350,8 +351,8 @@ func TestDriftRepairOnAFullDiskIsAnEarlyErrorAndRestoresTheFileLater(t *testing.
 	_, err := f.node.RepairDrift()
 	wantWriteFailed(t, err, true, "no space left on device")
 	recs := f.records(t)
-	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != ReasonWriteFailed {
-		t.Fatalf("error %v, want an early %s", e, ReasonWriteFailed)
+	if e := recs.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != records.ReasonWriteFailed {
+		t.Fatalf("error %v, want an early %s", e, records.ReasonWriteFailed)
 	}
 	if !proto.Equal(recs.GetActive(), before.GetActive()) || !proto.Equal(recs.GetLastKnownGood(), before.GetLastKnownGood()) {
 		t.Fatalf("a failed write moved the records:\nbefore %v\nafter  %v", before, recs)

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/configcheck/kubeletcheck"
 )
@@ -67,7 +68,7 @@ func (n *Node) RejudgeActive() error {
 			return err
 		}
 		active := recs.GetActive().GetSource()
-		if active == nil || recs.RollbackUnfinished() {
+		if active == nil || records.RollbackUnfinished(recs) {
 			return nil
 		}
 		payload, err := n.content(active)

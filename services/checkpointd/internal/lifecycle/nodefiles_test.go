@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/configcheck"
 )
@@ -33,10 +34,10 @@ func TestAnUndecodableBaseConfigIsAnEarlyError(t *testing.T) {
 		t.Fatal("activated over a base config the kubelet cannot decode")
 	}
 	e := f.records(t).GetError().GetError()
-	if e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != ReasonNodeFilesUnreadable {
-		t.Fatalf("error %v %s %q; want an early %s", e.GetPhase(), e.GetReason(), e.GetMessage(), ReasonNodeFilesUnreadable)
+	if e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != records.ReasonNodeFilesUnreadable {
+		t.Fatalf("error %v %s %q; want an early %s", e.GetPhase(), e.GetReason(), e.GetMessage(), records.ReasonNodeFilesUnreadable)
 	}
-	if f.records(t).FailedLate(src("1"), nodeconfigv1.Validator_VALIDATOR_KUBELET) != nil {
+	if records.FailedLate(f.records(t), src("1"), nodeconfigv1.Validator_VALIDATOR_KUBELET) != nil {
 		t.Fatal("version 1 marked failed for the node's own broken file")
 	}
 	f.writeBase(t, kubeletHeader+"failCgroupV1: false\n")

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -55,7 +56,7 @@ func (c RecordsCollector) Collect(ch chan<- prometheus.Metric) {
 		phase = map[nodeconfigv1.ErrorPhase]string{nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY: "early", nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE: "late"}[e.GetPhase()]
 	}
 	ch <- prometheus.MustNewConstMetric(configErrorDesc, prometheus.GaugeValue, value, e.GetReason(), phase)
-	if end := recs.SoakEnd(); recs.Soaking() && !end.IsZero() {
+	if end := records.SoakEnd(recs); records.Soaking(recs) && !end.IsZero() {
 		ch <- prometheus.MustNewConstMetric(configSoakEndDesc, prometheus.GaugeValue, float64(end.Unix()))
 	}
 }

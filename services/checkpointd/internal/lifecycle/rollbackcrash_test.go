@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"testing"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -38,7 +39,7 @@ func TestAKillInsideARollbackNeverBringsTheFailedVersionBack(t *testing.T) {
 		t.Fatalf("after the restart the file holds %q; want last-known-good", got)
 	}
 	recs := f.records(t)
-	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) || recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
+	if !records.SameSource(recs.GetActive().GetSource(), src("1")) || recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
 		t.Fatalf("records %v; want last-known-good active and the late error", recs)
 	}
 }
@@ -70,7 +71,7 @@ func TestAKillInsideAnActivationsRollbackEndsOnLastKnownGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := f.records(t)
-	if !nodeconfigv1.SameSource(recs.GetActive().GetSource(), src("1")) {
+	if !records.SameSource(recs.GetActive().GetSource(), src("1")) {
 		t.Fatalf("active %v after the restart; want last-known-good, as the rollback leaves it", recs.GetActive().GetSource())
 	}
 	if got, _ := f.targetContent(t); got != "a: 1\n" {

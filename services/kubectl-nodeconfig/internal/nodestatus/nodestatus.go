@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/proto/nodeconfig/records"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
 )
@@ -60,10 +60,10 @@ var meanings = map[string]string{
 	v1alpha1.NodeReasonSoaking:                "the assigned config is active and on trial",
 	v1alpha1.NodeReasonActive:                 "the assigned config is active and last-known-good",
 	v1alpha1.NodeReasonRolledBack:             "the assigned config failed to load or validate; last-known-good is active",
-	nodeconfigv1.ReasonConsumerUnhealthy:      "the kubelet did not come back healthy on the assigned config, or turned unhealthy during its soak; last-known-good is active",
+	records.ReasonConsumerUnhealthy:           "the kubelet did not come back healthy on the assigned config, or turned unhealthy during its soak; last-known-good is active",
 	v1alpha1.NodeReasonDownloadFailed:         "the node could not download the assigned config; it retries with backoff and nothing rolled back",
 	v1alpha1.NodeReasonCheckpointFailed:       "the node could not checkpoint the assigned config; it retries with backoff and nothing rolled back",
-	nodeconfigv1.ReasonWriteFailed:            "the node could not write the config file (a read-only or full disk); it retries with backoff and nothing rolled back",
+	records.ReasonWriteFailed:                 "the node could not write the config file (a read-only or full disk); it retries with backoff and nothing rolled back",
 	v1alpha1.NodeReasonActivating:             "the config is assigned and about to be activated",
 	v1alpha1.NodeReasonRestarting:             "the config is active and the agent is restarting the kubelet onto it; the soak has not begun",
 	v1alpha1.NodeReasonWaitingForHealth:       "the config is active and the agent waits for the kubelet's healthz; the soak has not begun",

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	nodeconfigfake "nodeconfig.io/services/api/client/clientset/fake"
 	nodeconfiglisters "nodeconfig.io/services/api/client/listers/api/v1alpha1"
@@ -290,7 +291,7 @@ func (a *fakeAgent) Activate(context.Context, *nodeconfigv1.ActivateRequest, ...
 		a.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "ValidationFailed", Message: "bad"}}
 		return &nodeconfigv1.ActivateResponse{Outcome: nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, Records: proto.Clone(a.recs).(*nodeconfigv1.Records)}, nil
 	}
-	if !nodeconfigv1.SameSource(a.recs.GetActive().GetSource(), a.recs.GetAssigned().GetSource()) {
+	if !records.SameSource(a.recs.GetActive().GetSource(), a.recs.GetAssigned().GetSource()) {
 		a.recs.Active = &nodeconfigv1.SourceRecord{Source: a.recs.GetAssigned().GetSource(), WrittenAt: a.ts()}
 	}
 	a.recs.Error = nil

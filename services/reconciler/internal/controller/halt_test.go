@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/rollout"
@@ -59,7 +60,7 @@ func TestAHaltAboveKeptNodesSurvivesAFailOver(t *testing.T) {
 	}
 	if got := a.records().GetAssigned(); got != nil {
 		t.Fatalf("after a fail-over a new node was assigned %s, which %d nodes rolled back from (maxFailures %d; the status kept %d names)",
-			got.GetSource().Describe(), failures, failures, kept)
+			records.Describe(got.GetSource()), failures, failures, kept)
 	}
 	info, _ := fresh.NodeInfo("new")
 	if info.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_HALTED {

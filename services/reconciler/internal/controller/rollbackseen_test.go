@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 )
@@ -65,7 +66,7 @@ func TestARollbackSeenAfterTheFactIsEventedCountedAndHalts(t *testing.T) {
 	a := agents[soaking]
 	a.mu.Lock()
 	a.recs.Active = a.recs.GetLastKnownGood()
-	a.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: nodeconfigv1.ReasonConsumerUnhealthy, Message: "the consumer turned unhealthy"}, WrittenAt: a.ts()}
+	a.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: records.ReasonConsumerUnhealthy, Message: "the consumer turned unhealthy"}, WrittenAt: a.ts()}
 	a.mu.Unlock()
 	if err := f.syncNode(soaking); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/policy"
@@ -97,13 +98,13 @@ func (c *Controller) noteRollbackSeen(name string, res *policy.Result) {
 	}
 	recs := res.Records
 	if known := prev.Records; known.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE &&
-		nodeconfigv1.SameSource(known.GetAssigned().GetSource(), recs.GetAssigned().GetSource()) {
+		records.SameSource(known.GetAssigned().GetSource(), recs.GetAssigned().GetSource()) {
 		// Told already: a failed sync in between (its agent out of reach)
 		// kept the records that said so.
 		return
 	}
 	res.Events = append(res.Events, policy.Event{Warning: true, Reason: v1alpha1.EventConfigRolledBack,
-		Message: fmt.Sprintf("the node rolled %s back by itself: %s; it runs %s", recs.GetAssigned().GetSource().Describe(), recs.GetError().GetError().GetMessage(), recs.GetActive().GetSource().Describe())})
+		Message: fmt.Sprintf("the node rolled %s back by itself: %s; it runs %s", records.Describe(recs.GetAssigned().GetSource()), recs.GetError().GetError().GetMessage(), records.Describe(recs.GetActive().GetSource()))})
 }
 
 // errConfigMapNotListed: the node's ConfigMap is not listed yet, so the
@@ -293,7 +294,7 @@ func (c *Controller) record(node *metav1.PartialObjectMetadata, nc *v1alpha1.Nod
 	// depart from it as from one that no longer selects them.
 	following := nc != nil && !rollout.Lets(nc)
 	leaving := ""
-	if !following && res.Records.ResetSoaking(c.o.Now()) {
+	if !following && records.ResetSoaking(res.Records, c.o.Now()) {
 		if left := c.leaving(node.Name, res.Records.GetLastReset().GetFrom(), res.Records.GetLastReset().GetNodeConfig()); left != nil {
 			leaving = left.Name
 		}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 )
@@ -173,7 +174,7 @@ func TestARetryOfAnAdmittedNodeHonoursPauseWindowsAndHalt(t *testing.T) {
 			agents["n1"].failPuts(nil)
 			f.syncAll("n1")
 			if got := agents["n1"].records().GetAssigned(); got != nil {
-				t.Fatalf("n1's retry %s assigned %v (%s)", name, got.GetSource().Describe(), states(f.c, "n1"))
+				t.Fatalf("n1's retry %s assigned %v (%s)", name, records.Describe(got.GetSource()), states(f.c, "n1"))
 			}
 		})
 	}

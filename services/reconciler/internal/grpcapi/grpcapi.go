@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/reconciler/internal/controller"
 )
@@ -109,9 +110,9 @@ func toProto(info controller.NodeInfo) *nodeconfigv1.NodeState {
 		SyncsStarted: info.SyncsStarted,
 	}
 	if info.Records != nil {
-		st.Status = info.Records.Status()
-		if info.Records.Soaking() && !info.Records.SoakEnd().IsZero() {
-			st.SoakEndsTime = timestamppb.New(info.Records.SoakEnd())
+		st.Status = records.Status(info.Records)
+		if records.Soaking(info.Records) && !records.SoakEnd(info.Records).IsZero() {
+			st.SoakEndsTime = timestamppb.New(records.SoakEnd(info.Records))
 		}
 	}
 	if info.Backoff > 0 {

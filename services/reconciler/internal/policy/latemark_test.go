@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
 // failedLateOn makes the fake node run version lkg with version bad marked
 // as failed late, as checkpointd records a rollback.
 func failedLateOn(f *fakeAgent, lkg, bad string) {
-	late := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: nodeconfigv1.ReasonConsumerUnhealthy, Message: "the kubelet turned unhealthy"}
+	late := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: records.ReasonConsumerUnhealthy, Message: "the kubelet turned unhealthy"}
 	f.recs = &nodeconfigv1.Records{
 		Assigned:      &nodeconfigv1.AssignedRecord{Source: src(bad), SoakSeconds: 600, Validator: nodeconfigv1.Validator_VALIDATOR_YAML},
 		Active:        &nodeconfigv1.SourceRecord{Source: src(lkg)},
@@ -56,7 +57,7 @@ func TestAVersionThatFailedLateStartsNoTrialAgain(t *testing.T) {
 			}
 			// Assigned again after another version, the node keeps to
 			// its verdict: last-known-good active.
-			if !nodeconfigv1.SameSource(f.recs.GetActive().GetSource(), f.recs.GetLastKnownGood().GetSource()) {
+			if !records.SameSource(f.recs.GetActive().GetSource(), f.recs.GetLastKnownGood().GetSource()) {
 				t.Fatalf("records %v; want last-known-good active", f.recs)
 			}
 		})
@@ -71,7 +72,7 @@ func TestARollbackLeftUnfinishedIsFinished(t *testing.T) {
 	failedLateOn(f, "1", "2")
 	f.recs.Active = &nodeconfigv1.SourceRecord{Source: src("2")}
 	r := Sync(context.Background(), f, use("2"), t0.Add(time.Hour))
-	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || !nodeconfigv1.SameSource(f.recs.GetActive().GetSource(), src("1")) {
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK || !records.SameSource(f.recs.GetActive().GetSource(), src("1")) {
 		t.Fatalf("state %v, active %v; want ROLLED_BACK on last-known-good 1", r.State, f.recs.GetActive().GetSource())
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 )
@@ -116,7 +117,7 @@ const soakingRefusal = " is soaking until "
 func nodeStillSoaking(err error, recs *nodeconfigv1.Records, now time.Time) bool {
 	st := status.Convert(err)
 	return st.Code() == codes.FailedPrecondition && strings.Contains(st.Message(), soakingRefusal) &&
-		recs.Soaking() && now.Sub(recs.SoakEnd()) < maxClockSkew
+		records.Soaking(recs) && now.Sub(records.SoakEnd(recs)) < maxClockSkew
 }
 
 // Sync runs one step of the lifecycle for one node.
@@ -134,7 +135,7 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 	// deleted, the NodeConfig abandoned, a newer version waiting or halted
 	// — as the kubelet did, so that a later rollback returns to it.
 	var promoted []Event
-	if recs.SoakOver(now) {
+	if records.SoakOver(recs, now) {
 		src := recs.GetAssigned().GetSource()
 		resp, err := agent.PromoteLastKnownGood(ctx, &nodeconfigv1.PromoteLastKnownGoodRequest{Source: src})
 		if err != nil {
@@ -145,13 +146,13 @@ func Sync(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, d Des
 			return failing(recs, fmt.Errorf("promote: %w", err))
 		}
 		recs = resp.GetRecords()
-		promoted = []Event{{Reason: v1alpha1.EventConfigPromoted, Message: fmt.Sprintf("%s stayed active for its %ds soak and is now last-known-good", src.Describe(), recs.GetAssigned().GetSoakSeconds())}}
+		promoted = []Event{{Reason: v1alpha1.EventConfigPromoted, Message: fmt.Sprintf("%s stayed active for its %ds soak and is now last-known-good", records.Describe(src), recs.GetAssigned().GetSoakSeconds())}}
 	}
 	res := syncUse(ctx, agent, recs, d, now)
 	res.Events = append(promoted, res.Events...)
-	if res.RequeueAfter == 0 && res.Err == nil && res.Records.Soaking() && !res.Records.SoakEnd().IsZero() {
+	if res.RequeueAfter == 0 && res.Err == nil && records.Soaking(res.Records) && !records.SoakEnd(res.Records).IsZero() {
 		// Whatever holds the node, look again when its soak ends.
-		res.RequeueAfter = max(res.Records.SoakEnd().Add(soakEndSlack).Sub(now), time.Millisecond)
+		res.RequeueAfter = max(records.SoakEnd(res.Records).Add(soakEndSlack).Sub(now), time.Millisecond)
 	}
 	return res
 }
@@ -165,20 +166,20 @@ func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, re
 		return earlyError(ctx, agent, recs, d.ResolveErr)
 	}
 	a := recs.GetAssigned()
-	if recs.FailedLate(d.Source, d.Validator) != nil {
+	if records.FailedLate(recs, d.Source, d.Validator) != nil {
 		// The node judged this version and rolled it back: only a new
 		// version or validator is tried, so it takes no place in a trial.
-		if nodeconfigv1.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator {
+		if records.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator {
 			return continueTrial(ctx, agent, recs, d, now)
 		}
 		// Assigned again, the node keeps to its verdict and runs
 		// last-known-good, as the NodeConfig's other nodes that failed it.
 		return startTrial(ctx, agent, recs, d, now)
 	}
-	if a != nil && nodeconfigv1.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator && a.GetSoakSeconds() == d.SoakSeconds {
+	if a != nil && records.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator && a.GetSoakSeconds() == d.SoakSeconds {
 		return continueTrial(ctx, agent, recs, d, now)
 	}
-	if nodeconfigv1.SameSource(d.Source, recs.GetLastKnownGood().GetSource()) {
+	if records.SameSource(d.Source, recs.GetLastKnownGood().GetSource()) {
 		// Back to the config this node already proved good (say, the
 		// validator switched back after a rollback): no trial, so neither
 		// pacing nor a halt holds it; the node heals at once.
@@ -187,7 +188,7 @@ func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, re
 	if d.Admit != nil {
 		switch d.Admit() {
 		case Halted:
-			if a.GetValidator() == d.Validator && nodeconfigv1.SameSource(a.GetSource(), d.Source) && recs.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
+			if a.GetValidator() == d.Validator && records.SameSource(a.GetSource(), d.Source) && recs.GetError().GetError().GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
 				// This node's own rollback is what halted the version.
 				return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs}
 			}
@@ -230,10 +231,10 @@ func reset(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, recs
 // resetSoak looks again at a reset node when its reset's soak ends, so that
 // the departures waiting behind it are admitted then.
 func resetSoak(res Result, now time.Time) Result {
-	if !res.Records.ResetSoaking(now) {
+	if !records.ResetSoaking(res.Records, now) {
 		return res
 	}
-	if end := res.Records.ResetSoakEnd(); end.IsZero() {
+	if end := records.ResetSoakEnd(res.Records); end.IsZero() {
 		// The consumer is not healthy on the local default yet.
 		res.RequeueAfter = ConsumerPoll
 	} else {
@@ -265,13 +266,13 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 			return agentFailed(ctx, agent, recs, "checkpoint", err)
 		}
 		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonCheckpointFailed,
-			Message: fmt.Sprintf("checkpoint %s: %v", src.Describe(), status.Convert(err).Message())}
+			Message: fmt.Sprintf("checkpoint %s: %v", records.Describe(src), status.Convert(err).Message())}
 		return earlyError(ctx, agent, recs, e)
 	}
 	resp, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig})
 	if err != nil {
 		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonCheckpointFailed,
-			Message: fmt.Sprintf("record assigned %s: %v", src.Describe(), status.Convert(err).Message())}
+			Message: fmt.Sprintf("record assigned %s: %v", records.Describe(src), status.Convert(err).Message())}
 		return earlyError(ctx, agent, recs, e)
 	}
 	if r := resp.GetRecords(); r != nil {
@@ -282,7 +283,7 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 	res := activate(ctx, agent, recs, now)
 	// One event per node per change: the activation's (or rollback's) event
 	// says it was just assigned; API writes are what fleets pay for.
-	assigned := fmt.Sprintf("assigned %s (soak %ds)", src.Describe(), d.SoakSeconds)
+	assigned := fmt.Sprintf("assigned %s (soak %ds)", records.Describe(src), d.SoakSeconds)
 	if len(res.Events) > 0 {
 		res.Events[0].Message = assigned + "; " + res.Events[0].Message
 	} else {
@@ -302,11 +303,11 @@ func activate(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, r
 	case nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK:
 		return Result{
 			State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs,
-			Events: []Event{{Warning: true, Reason: v1alpha1.EventConfigRolledBack, Message: fmt.Sprintf("%s; rolled back to %s", recs.GetError().GetError().GetMessage(), recs.GetActive().GetSource().Describe())}},
+			Events: []Event{{Warning: true, Reason: v1alpha1.EventConfigRolledBack, Message: fmt.Sprintf("%s; rolled back to %s", recs.GetError().GetError().GetMessage(), records.Describe(recs.GetActive().GetSource()))}},
 		}
 	case nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED:
 		res := afterActive(recs, now)
-		res.Events = append([]Event{{Reason: v1alpha1.EventConfigActivated, Message: fmt.Sprintf("activated %s", src.Describe())}}, res.Events...)
+		res.Events = append([]Event{{Reason: v1alpha1.EventConfigActivated, Message: fmt.Sprintf("activated %s", records.Describe(src))}}, res.Events...)
 		return res
 	default:
 		return Result{State: stateOf(recs), Records: recs}
@@ -319,16 +320,16 @@ func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClie
 		// A late error is fixed by a new assignment, not by retrying; a
 		// rollback that did not finish (its file could not be written) is
 		// finished by the node's Activate, which runs last-known-good.
-		if recs.RollbackUnfinished() {
+		if records.RollbackUnfinished(recs) {
 			return activate(ctx, agent, recs, now)
 		}
 		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs}
 	}
-	if !nodeconfigv1.SameSource(recs.GetAssigned().GetSource(), recs.GetActive().GetSource()) {
+	if !records.SameSource(recs.GetAssigned().GetSource(), recs.GetActive().GetSource()) {
 		// Assigned but not active: a crash between the two steps.
 		return activate(ctx, agent, recs, now)
 	}
-	if recs.GetError() != nil && (!d.CheckDrift || recs.GetError().GetError().GetReason() != nodeconfigv1.ReasonWriteFailed) {
+	if recs.GetError() != nil && (!d.CheckDrift || recs.GetError().GetError().GetReason() != records.ReasonWriteFailed) {
 		// An early error from an earlier attempt is resolved now; a failed
 		// write is checkpointd's to clear, once the drift check below writes.
 		if resp, err := agent.SetError(ctx, &nodeconfigv1.SetErrorRequest{}); err == nil {
@@ -362,9 +363,9 @@ const ConsumerPoll = 2 * time.Second
 
 // afterActive says when to look again at a node whose assigned config is active.
 func afterActive(recs *nodeconfigv1.Records, now time.Time) Result {
-	if recs.Soaking() {
-		wait := recs.SoakEnd().Add(soakEndSlack).Sub(now)
-		if recs.SoakEnd().IsZero() {
+	if records.Soaking(recs) {
+		wait := records.SoakEnd(recs).Add(soakEndSlack).Sub(now)
+		if records.SoakEnd(recs).IsZero() {
 			// The node is still restarting its consumer onto the config or
 			// waiting for it to be healthy: the soak has not begun.
 			wait = ConsumerPoll
@@ -409,9 +410,9 @@ func stateOf(recs *nodeconfigv1.Records) nodeconfigv1.LifecycleState {
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING
 	case recs.GetAssigned() == nil:
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT
-	case recs.Soaking():
+	case records.Soaking(recs):
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING
-	case nodeconfigv1.SameSource(recs.GetAssigned().GetSource(), recs.GetLastKnownGood().GetSource()):
+	case records.SameSource(recs.GetAssigned().GetSource(), recs.GetLastKnownGood().GetSource()):
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE
 	default:
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 )
@@ -91,14 +92,14 @@ func (f *fakeAgent) Activate(context.Context, *nodeconfigv1.ActivateRequest, ...
 	if err := f.call("Activate"); err != nil {
 		return nil, err
 	}
-	if a := f.recs.GetAssigned(); f.lateError || f.recs.FailedLate(a.GetSource(), a.GetValidator()) != nil {
+	if a := f.recs.GetAssigned(); f.lateError || records.FailedLate(f.recs, a.GetSource(), a.GetValidator()) != nil {
 		// As checkpointd: a version that fails, or failed here before,
 		// leaves last-known-good active.
 		f.recs.Active = f.recs.GetLastKnownGood()
 		f.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "ValidationFailed", Message: "bad"}}
 		return &nodeconfigv1.ActivateResponse{Outcome: nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, Records: f.out()}, nil
 	}
-	if !nodeconfigv1.SameSource(f.recs.GetActive().GetSource(), f.recs.GetAssigned().GetSource()) {
+	if !records.SameSource(f.recs.GetActive().GetSource(), f.recs.GetAssigned().GetSource()) {
 		f.recs.Active = &nodeconfigv1.SourceRecord{Source: f.recs.GetAssigned().GetSource(), WrittenAt: timestamppb.New(f.now)}
 	}
 	f.recs.Error = nil
@@ -112,7 +113,7 @@ func (f *fakeAgent) PromoteLastKnownGood(_ context.Context, r *nodeconfigv1.Prom
 	if f.promoteErr != nil {
 		return nil, f.promoteErr
 	}
-	if end := f.recs.SoakEnd(); !f.clock.IsZero() && f.clock.Before(end) {
+	if end := records.SoakEnd(f.recs); !f.clock.IsZero() && f.clock.Before(end) {
 		// checkpointd's words (lifecycle.Promote) and code (grpcapi).
 		s := r.GetSource()
 		return nil, status.Errorf(codes.FailedPrecondition, "cannot promote: %s/%s key %s (uid %s, resourceVersion %s) is soaking until %s",
@@ -198,7 +199,7 @@ func TestSoakEndPromotesOnlyAtTheDurableEnd(t *testing.T) {
 		t.Fatalf("before the end: %+v", r)
 	}
 	r = Sync(context.Background(), f, use("1"), t0.Add(600*time.Second))
-	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || !hasEvent(r, v1alpha1.EventConfigPromoted) || !nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) {
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || !hasEvent(r, v1alpha1.EventConfigPromoted) || !records.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) {
 		t.Fatalf("at the end: %+v", r)
 	}
 	// Steady state: one drift check, no writes.
@@ -239,7 +240,7 @@ func TestEarlyErrorsRecordAndRetryWithoutRollback(t *testing.T) {
 	if r.Err == nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING || f.recs.GetError().GetError().GetReason() != v1alpha1.NodeReasonDownloadFailed {
 		t.Fatalf("resolve error: %+v", r)
 	}
-	if !nodeconfigv1.SameSource(f.recs.GetActive().GetSource(), src("1")) {
+	if !records.SameSource(f.recs.GetActive().GetSource(), src("1")) {
 		t.Fatal("an early error rolled back")
 	}
 	// The agent stops answering at the put: nothing is recorded on the
@@ -252,7 +253,7 @@ func TestEarlyErrorsRecordAndRetryWithoutRollback(t *testing.T) {
 	// Checkpoint write fails.
 	f.putErr = status.Error(codes.Internal, "no space left on device")
 	r = Sync(context.Background(), f, use("2"), t0.Add(3*time.Hour))
-	if r.Err == nil || f.recs.GetError().GetError().GetReason() != v1alpha1.NodeReasonCheckpointFailed || !nodeconfigv1.SameSource(f.recs.GetAssigned().GetSource(), src("1")) {
+	if r.Err == nil || f.recs.GetError().GetError().GetReason() != v1alpha1.NodeReasonCheckpointFailed || !records.SameSource(f.recs.GetAssigned().GetSource(), src("1")) {
 		t.Fatalf("checkpoint failure: %+v records %v", r, f.recs)
 	}
 	// Agent down.
@@ -356,7 +357,7 @@ func TestSoakedConfigIsPromotedWhateverHoldsTheNode(t *testing.T) {
 				t.Fatalf("mid-soak: look again in %v, want just after the soak's end", r.RequeueAfter)
 			}
 			r = Sync(context.Background(), f, d, t0.Add(600*time.Second))
-			if !nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) || !hasEvent(r, v1alpha1.EventConfigPromoted) {
+			if !records.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) || !hasEvent(r, v1alpha1.EventConfigPromoted) {
 				t.Fatalf("after the soak: last-known-good %v, events %v; want version 1 promoted", f.recs.GetLastKnownGood(), r.Events)
 			}
 		})

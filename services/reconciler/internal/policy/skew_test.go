@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 )
@@ -27,7 +28,7 @@ func TestSoakEndToleratesANodeClockBehindTheReconcilers(t *testing.T) {
 		f.clock = at.Add(-behind)
 		r := Sync(context.Background(), f, use("1"), at)
 		if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE || !hasEvent(r, v1alpha1.EventConfigPromoted) ||
-			!nodeconfigv1.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) {
+			!records.SameSource(f.recs.GetLastKnownGood().GetSource(), src("1")) {
 			t.Fatalf("sync %v after the assignment, node clock %v behind: state %v, err %v, events %v; want ACTIVE and promoted",
 				first.RequeueAfter, behind, r.State, r.Err, r.Events)
 		}

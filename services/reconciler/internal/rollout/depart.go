@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"nodeconfig.io/proto/nodeconfig/records"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/policy"
 )
@@ -45,7 +46,7 @@ func (b *Book) departuresInTrialLocked(ncName, except string) int {
 	now := b.now()
 	n := 0
 	for name := range b.departing[ncName] {
-		if s := b.seats[name]; s != nil && name != except && (s.admitted || s.Records.ResetSoaking(now)) {
+		if s := b.seats[name]; s != nil && name != except && (s.admitted || records.ResetSoaking(s.Records, now)) {
 			n++
 		}
 	}

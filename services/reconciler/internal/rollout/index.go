@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -36,7 +37,7 @@ func positionOf(s *seat) position {
 		// a trial under way, also for a reconciler that never admitted
 		// the node; the records are the last ones read.
 		p.trialOf = s.NodeConfig
-	case s.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT && s.Records.Soaking():
+	case s.State == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_CONFLICT && records.Soaking(s.Records):
 		// Another NodeConfig selects it too, but it still soaks the
 		// version of the one that assigned it, whose trial it stays in
 		// until it promotes.
@@ -61,7 +62,7 @@ func positionOf(s *seat) position {
 // and not rolled back.
 func trialOnNode(recs *nodeconfigv1.Records) bool {
 	a := recs.GetAssigned().GetSource()
-	return a != nil && !nodeconfigv1.SameSource(a, recs.GetLastKnownGood().GetSource()) &&
+	return a != nil && !records.SameSource(a, recs.GetLastKnownGood().GetSource()) &&
 		recs.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE
 }
 

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -49,7 +50,7 @@ func (b *Book) Synced(node string, sync Sync) (freed []string) {
 	switch {
 	case sync.Following:
 		b.departLocked(node, s, "")
-	case s.Records.ResetSoaking(b.now()) && sync.Leaving != "":
+	case records.ResetSoaking(s.Records, b.now()) && sync.Leaving != "":
 		b.departLocked(node, s, sync.Leaving)
 	case s.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING && s.departingFrom != "":
 		freed = append(freed, s.departingFrom)

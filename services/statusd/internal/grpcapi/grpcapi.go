@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/statusd/internal/nodesync"
 	"nodeconfig.io/services/statusd/internal/reports"
@@ -69,7 +70,7 @@ func (s *Service) GetNodeStatus(context.Context, *nodeconfigv1.GetNodeStatusRequ
 		LastSyncError: st.LastError,
 	}
 	if recs, err := s.Records(); err == nil {
-		resp.ConfigStatus = recs.Status()
+		resp.ConfigStatus = records.Status(recs)
 	}
 	if st.Desired != nil {
 		for _, c := range st.Desired.Status.Conditions {

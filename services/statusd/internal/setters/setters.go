@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 )
@@ -37,13 +38,13 @@ type RecordsFunc func() (*nodeconfigv1.Records, error)
 // core API's NodeConfigStatus).
 // While checkpointd is unreachable it leaves the last reported status alone:
 // it is still the best knowledge anyone has.
-func ConfigStatus(records RecordsFunc) Setter {
+func ConfigStatus(read RecordsFunc) Setter {
 	return func(_ context.Context, node *corev1.Node) error {
-		recs, err := records()
+		recs, err := read()
 		if err != nil {
 			return nil
 		}
-		value, err := v1alpha1.EncodeNodeConfigStatus(CoreStatus(recs.Status()))
+		value, err := v1alpha1.EncodeNodeConfigStatus(CoreStatus(records.Status(recs)))
 		if err != nil {
 			return err
 		}
@@ -81,17 +82,17 @@ func coreSource(src *nodeconfigv1.ConfigSource) *corev1.NodeConfigSource {
 // NodeConfigReady sets the NodeConfigReady condition from the records: one
 // reason per lifecycle state (v1alpha1.NodeReason...), or the reason of the
 // records' error, and a message that is never empty.
-func NodeConfigReady(records RecordsFunc) Setter {
+func NodeConfigReady(read RecordsFunc) Setter {
 	return func(_ context.Context, node *corev1.Node) error {
-		SetCondition(node, ReadyCondition(records))
+		SetCondition(node, ReadyCondition(read))
 		return nil
 	}
 }
 
 // ReadyCondition computes the NodeConfigReady condition.
-func ReadyCondition(records RecordsFunc) metav1.Condition {
+func ReadyCondition(read RecordsFunc) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.NodeConditionConfigReady}
-	recs, err := records()
+	recs, err := read()
 	if err != nil {
 		c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.NodeReasonCheckpointdUnavailable
 		c.Message = fmt.Sprintf("cannot read the node's config records from checkpointd: %v", err)
@@ -102,41 +103,41 @@ func ReadyCondition(records RecordsFunc) metav1.Condition {
 	switch {
 	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.NodeReasonRolledBack
-		if r := cfgErr.GetReason(); r == nodeconfigv1.ReasonConsumerUnhealthy || r == nodeconfigv1.ReasonStartGuardFellBack {
+		if r := cfgErr.GetReason(); r == records.ReasonConsumerUnhealthy || r == records.ReasonStartGuardFellBack {
 			// The kubelet's own failure on the config: its reason says so.
 			c.Reason = r
 		}
-		c.Message = fmt.Sprintf("%s; rolled back to %s", cfgErr.GetMessage(), recs.GetActive().GetSource().Describe())
+		c.Message = fmt.Sprintf("%s; rolled back to %s", cfgErr.GetMessage(), records.Describe(recs.GetActive().GetSource()))
 	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY:
 		c.Status, c.Reason = metav1.ConditionFalse, cfgErr.GetReason()
-		c.Message = fmt.Sprintf("%s; retrying, still using %s", cfgErr.GetMessage(), recs.GetActive().GetSource().Describe())
+		c.Message = fmt.Sprintf("%s; retrying, still using %s", cfgErr.GetMessage(), records.Describe(recs.GetActive().GetSource()))
 	case assigned == nil:
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.NodeReasonLocalDefault
 		c.Message = "no config is assigned; the node uses its local default"
-	case !nodeconfigv1.SameSource(assigned.GetSource(), recs.GetActive().GetSource()):
+	case !records.SameSource(assigned.GetSource(), recs.GetActive().GetSource()):
 		c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.NodeReasonActivating
-		c.Message = fmt.Sprintf("%s is assigned and about to be activated", assigned.GetSource().Describe())
-	case recs.Soaking() && recs.SoakStart().IsZero():
+		c.Message = fmt.Sprintf("%s is assigned and about to be activated", records.Describe(assigned.GetSource()))
+	case records.Soaking(recs) && records.SoakStart(recs).IsZero():
 		c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.NodeReasonRestarting
-		c.Message = fmt.Sprintf("%s is active; restarting the consumer onto it", assigned.GetSource().Describe())
-		if cr := recs.GetConsumer(); cr.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING && nodeconfigv1.SameSource(cr.GetSource(), assigned.GetSource()) {
+		c.Message = fmt.Sprintf("%s is active; restarting the consumer onto it", records.Describe(assigned.GetSource()))
+		if cr := recs.GetConsumer(); cr.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING && records.SameSource(cr.GetSource(), assigned.GetSource()) {
 			c.Reason = v1alpha1.NodeReasonWaitingForHealth
 			c.Message = fmt.Sprintf("%s is active; the consumer was restarted onto it at %s and is not healthy yet; the soak begins when it is",
-				assigned.GetSource().Describe(), cr.GetSince().AsTime().UTC().Format(time.RFC3339))
+				records.Describe(assigned.GetSource()), cr.GetSince().AsTime().UTC().Format(time.RFC3339))
 		}
 	case recs.GetConsumer().GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY &&
-		nodeconfigv1.SameSource(recs.GetConsumer().GetSource(), recs.GetActive().GetSource()):
-		c.Status, c.Reason = metav1.ConditionFalse, nodeconfigv1.ReasonConsumerUnhealthy
+		records.SameSource(recs.GetConsumer().GetSource(), recs.GetActive().GetSource()):
+		c.Status, c.Reason = metav1.ConditionFalse, records.ReasonConsumerUnhealthy
 		c.Message = fmt.Sprintf("%s; nothing better to roll back to", recs.GetConsumer().GetMessage())
-	case recs.Soaking():
+	case records.Soaking(recs):
 		// The end time, not a countdown: a countdown would change the Node
 		// on every sync and turn the status into a heartbeat.
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.NodeReasonSoaking
 		c.Message = fmt.Sprintf("%s is active and on trial until %s (%ds soak); it becomes last-known-good then if still active",
-			assigned.GetSource().Describe(), recs.SoakEnd().UTC().Format(time.RFC3339), assigned.GetSoakSeconds())
+			records.Describe(assigned.GetSource()), records.SoakEnd(recs).UTC().Format(time.RFC3339), assigned.GetSoakSeconds())
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.NodeReasonActive
-		c.Message = fmt.Sprintf("%s is active and last-known-good", assigned.GetSource().Describe())
+		c.Message = fmt.Sprintf("%s is active and last-known-good", records.Describe(assigned.GetSource()))
 	}
 	return c
 }
@@ -192,6 +193,6 @@ func RemoveCondition(node *corev1.Node, conditionType string) {
 // Activating reports the in-between state of a config assigned but not yet
 // active (and not failed): checkpointd activates right after assigning, so
 // it is about to pass by itself.
-func Activating(records RecordsFunc) bool {
-	return ReadyCondition(records).Reason == v1alpha1.NodeReasonActivating
+func Activating(read RecordsFunc) bool {
+	return ReadyCondition(read).Reason == v1alpha1.NodeReasonActivating
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 )
@@ -20,7 +21,7 @@ func src(rv string) *nodeconfigv1.ConfigSource {
 	return &nodeconfigv1.ConfigSource{Namespace: "ns", Name: "cm", Uid: "u", ResourceVersion: rv, Key: "k"}
 }
 
-func records(r *nodeconfigv1.Records) RecordsFunc {
+func holding(r *nodeconfigv1.Records) RecordsFunc {
 	return func() (*nodeconfigv1.Records, error) { return r, nil }
 }
 
@@ -35,47 +36,47 @@ func TestReadyConditionOneReasonPerState(t *testing.T) {
 		reason   string
 		contains string
 	}{
-		{"nothing assigned", records(&nodeconfigv1.Records{}), metav1.ConditionTrue, v1alpha1.NodeReasonLocalDefault, "local default"},
-		{"soaking", records(&nodeconfigv1.Records{
+		{"nothing assigned", holding(&nodeconfigv1.Records{}), metav1.ConditionTrue, v1alpha1.NodeReasonLocalDefault, "local default"},
+		{"soaking", holding(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
 			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
 		}), metav1.ConditionTrue, v1alpha1.NodeReasonSoaking, "until 2026-01-01T00:10:00Z"},
-		{"soaking from the consumer's healthy time", records(&nodeconfigv1.Records{
+		{"soaking from the consumer's healthy time", holding(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
 			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
 			Consumer: &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, Since: timestamppb.New(written.AsTime().Add(time.Minute))},
 		}), metav1.ConditionTrue, v1alpha1.NodeReasonSoaking, "until 2026-01-01T00:11:00Z"},
-		{"restarting the consumer", records(&nodeconfigv1.Records{
+		{"restarting the consumer", holding(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
 			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
 			Consumer: &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, Since: written},
 		}), metav1.ConditionUnknown, v1alpha1.NodeReasonRestarting, "restarting the consumer"},
-		{"waiting for the consumer's health", records(&nodeconfigv1.Records{
+		{"waiting for the consumer's health", holding(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1"), SoakSeconds: 600, WrittenAt: written},
 			Active:   &nodeconfigv1.SourceRecord{Source: src("1"), WrittenAt: written},
 			Consumer: &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, Since: written},
 		}), metav1.ConditionUnknown, v1alpha1.NodeReasonWaitingForHealth, "not healthy yet"},
-		{"rolled back for the consumer", records(&nodeconfigv1.Records{
+		{"rolled back for the consumer", holding(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("2")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
 			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
-			Error:         &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: nodeconfigv1.ReasonConsumerUnhealthy, Message: "connection refused"}},
-		}), metav1.ConditionFalse, nodeconfigv1.ReasonConsumerUnhealthy, "connection refused; rolled back to"},
-		{"consumer unhealthy on last-known-good", records(&nodeconfigv1.Records{
+			Error:         &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: records.ReasonConsumerUnhealthy, Message: "connection refused"}},
+		}), metav1.ConditionFalse, records.ReasonConsumerUnhealthy, "connection refused; rolled back to"},
+		{"consumer unhealthy on last-known-good", holding(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
 			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
 			Consumer:      &nodeconfigv1.ConsumerRecord{Source: src("1"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY, Message: "healthz answered 500"},
-		}), metav1.ConditionFalse, nodeconfigv1.ReasonConsumerUnhealthy, "healthz answered 500; nothing better"},
-		{"active", records(&nodeconfigv1.Records{
+		}), metav1.ConditionFalse, records.ReasonConsumerUnhealthy, "healthz answered 500; nothing better"},
+		{"active", holding(&nodeconfigv1.Records{
 			Assigned:      &nodeconfigv1.AssignedRecord{Source: src("1")},
 			Active:        &nodeconfigv1.SourceRecord{Source: src("1")},
 			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")},
 		}), metav1.ConditionTrue, v1alpha1.NodeReasonActive, "last-known-good"},
-		{"rolled back", records(&nodeconfigv1.Records{
+		{"rolled back", holding(&nodeconfigv1.Records{
 			Assigned: &nodeconfigv1.AssignedRecord{Source: src("2")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
 			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")}, Error: late,
 		}), metav1.ConditionFalse, v1alpha1.NodeReasonRolledBack, "bad yaml at line 2"},
-		{"early error", records(&nodeconfigv1.Records{Error: early}), metav1.ConditionFalse, "DownloadFailed", "not found"},
-		{"activating", records(&nodeconfigv1.Records{Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}}), metav1.ConditionUnknown, v1alpha1.NodeReasonActivating, "about to be activated"},
+		{"early error", holding(&nodeconfigv1.Records{Error: early}), metav1.ConditionFalse, "DownloadFailed", "not found"},
+		{"activating", holding(&nodeconfigv1.Records{Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}}), metav1.ConditionUnknown, v1alpha1.NodeReasonActivating, "about to be activated"},
 		{"checkpointd down", func() (*nodeconfigv1.Records, error) { return nil, errors.New("connection refused") }, metav1.ConditionUnknown, v1alpha1.NodeReasonCheckpointdUnavailable, "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,7 +94,7 @@ func TestConfigStatusAnnotationHasCoreShape(t *testing.T) {
 		Assigned: &nodeconfigv1.AssignedRecord{Source: src("2")}, Active: &nodeconfigv1.SourceRecord{Source: src("1")},
 		Error: &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Message: "boom"}},
 	}
-	if err := ConfigStatus(records(recs))(context.Background(), node); err != nil {
+	if err := ConfigStatus(holding(recs))(context.Background(), node); err != nil {
 		t.Fatal(err)
 	}
 	var st corev1.NodeConfigStatus
