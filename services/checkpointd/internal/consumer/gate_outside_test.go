@@ -83,18 +83,25 @@ func TestGateDoesNotBlameTheConfigForAKubeletStoppedBySomethingElse(t *testing.T
 	}
 	// It runs again: its health timeout starts now.
 	kubelet.id = "300@3"
-	steps(g, 3, &failures)
+	wantAFreshHealthTimeout(t, g, node, &failures, "the kubelet ran again")
+}
+
+// wantAFreshHealthTimeout checks that once what held the gate is over
+// (after), the kubelet gets a whole health timeout from then, and that a
+// kubelet that still never turns healthy is blamed on the config.
+func wantAFreshHealthTimeout(t *testing.T, g *Gate, node *fakeNode, failures *int, after string) {
+	t.Helper()
+	steps(g, 3, failures)
 	if len(node.rollbacks) != 0 {
-		t.Fatalf("rolled back as soon as the kubelet ran again: %q", node.rollbacks)
+		t.Fatalf("rolled back as soon as %s: %q", after, node.rollbacks)
 	}
 	if since := node.recs.GetConsumer().GetSince().AsTime(); time.Since(since) > time.Minute {
-		t.Fatalf("the health timeout runs from %s, want from when the kubelet ran again", since)
+		t.Fatalf("the health timeout runs from %s, want from when %s", since, after)
 	}
-	// A kubelet that runs and never turns healthy is the config's fault.
 	node.recs.Consumer.Since = timestamppb.New(time.Now().Add(-2 * time.Hour))
-	steps(g, 1, &failures)
+	steps(g, 1, failures)
 	if len(node.rollbacks) != 1 || !strings.Contains(node.rollbacks[0], "did not become healthy") {
-		t.Fatalf("rollbacks %q, want one for the health timeout", node.rollbacks)
+		t.Fatalf("rollbacks %q, want one for the health timeout once %s", node.rollbacks, after)
 	}
 }
 

@@ -79,18 +79,7 @@ func TestGateHoldsTheHealthTimeoutWhileTheContainerRuntimeIsDown(t *testing.T) {
 	heldForTheRuntime(t, node)
 	// containerd is back: the kubelet gets its full health timeout from now.
 	rt.ready = true
-	steps(g, 3, &failures)
-	if len(node.rollbacks) != 0 {
-		t.Fatalf("rolled back as soon as the container runtime was ready: %q", node.rollbacks)
-	}
-	if since := node.recs.GetConsumer().GetSince().AsTime(); time.Since(since) > time.Minute {
-		t.Fatalf("the health timeout runs from %s, want from when the runtime was ready again", since)
-	}
-	node.recs.Consumer.Since = timestamppb.New(time.Now().Add(-2 * time.Hour))
-	steps(g, 1, &failures)
-	if len(node.rollbacks) != 1 || !strings.Contains(node.rollbacks[0], "did not become healthy") {
-		t.Fatalf("rollbacks %q, want one for the health timeout with the runtime ready", node.rollbacks)
-	}
+	wantAFreshHealthTimeout(t, g, node, &failures, "the container runtime was ready again")
 }
 
 func TestGateHoldsTheSoakWhileTheContainerRuntimeIsDown(t *testing.T) {

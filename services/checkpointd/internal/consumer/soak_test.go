@@ -5,9 +5,10 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -20,21 +21,12 @@ import (
 // moves: the soak is computed from what the store records.
 type realNode struct {
 	*lifecycle.Node
-	mu  sync.Mutex
-	now time.Time
+	clk *clocktesting.FakeClock
 }
 
-func (r *realNode) clock() time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.now
-}
+func (r *realNode) clock() time.Time { return r.clk.Now() }
 
-func (r *realNode) advance(d time.Duration) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.now = r.now.Add(d)
-}
+func (r *realNode) advance(d time.Duration) { r.clk.Step(d) }
 
 type noWake struct{}
 
@@ -43,7 +35,7 @@ func (noWake) Wake() {}
 func newRealNode(t *testing.T) *realNode {
 	t.Helper()
 	dir := t.TempDir()
-	n := &realNode{now: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	n := &realNode{clk: clocktesting.NewFakeClock(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))}
 	st, err := store.Open(filepath.Join(dir, "c.db"), store.Options{NoSync: true, Now: n.clock})
 	if err != nil {
 		t.Fatal(err)

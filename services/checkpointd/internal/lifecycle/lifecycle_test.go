@@ -6,13 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -25,22 +25,13 @@ type fixture struct {
 	store  *store.Store
 	target materialize.Target
 	dir    string
-	// now is the store's clock; tests move it past a soak.
-	mu  sync.Mutex
-	now time.Time
+	// clk is the store's clock; tests move it past a soak.
+	clk *clocktesting.FakeClock
 }
 
-func (f *fixture) clock() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
+func (f *fixture) clock() time.Time { return f.clk.Now() }
 
-func (f *fixture) advance(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.now = f.now.Add(d)
-}
+func (f *fixture) advance(d time.Duration) { f.clk.Step(d) }
 
 // promote waits out the active config's soak on the fixture's clock and
 // promotes it.
@@ -55,7 +46,7 @@ func (f *fixture) promote(t *testing.T, rv string) {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	f := &fixture{dir: dir, now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	f := &fixture{dir: dir, clk: clocktesting.NewFakeClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))}
 	st, err := store.Open(filepath.Join(dir, "c.db"), store.Options{NoSync: true, Now: f.clock})
 	if err != nil {
 		t.Fatal(err)
