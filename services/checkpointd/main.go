@@ -13,6 +13,7 @@ import (
 	"github.com/coreos/go-systemd/v22/dbus"
 
 	"nodeconfig.io/services/checkpointd/internal/guard"
+	"nodeconfig.io/services/configcheck/fieldpolicy"
 	"nodeconfig.io/services/servekit"
 	"nodeconfig.io/services/servekit/kubeapi"
 )
@@ -39,6 +40,7 @@ type options struct {
 	guardHostTargetDir              string
 	guardBinaryPath                 string
 	nodeFilesPeriod                 time.Duration
+	rules                           fieldpolicy.Rules
 	consumer                        consumerFlags
 }
 
@@ -49,6 +51,7 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.targetFile, "target-file", "50-nodeconfig.conf", "file name of the active config in --target-dir")
 	fs.StringVar(&o.kubeletConfig, "kubelet-config", "", "the kubelet's --config file: a kubelet drop-in is then judged merged with it and the other drop-ins of --target-dir, as the kubelet merges them at start (empty: judged alone over the kubelet's defaults)")
 	fs.DurationVar(&o.nodeFilesPeriod, "kubelet-files-period", 10*time.Second, "with --kubelet-config: how often the node's own kubelet files (the --config file, the other drop-ins) are checked for a change, after which the active drop-in is judged against them again and rolled back if it no longer validates (0: never)")
+	o.rules.Register(fs)
 	fs.IntVar(&o.maxWatchers, "max-watchers", 64, "most concurrent WatchRecords streams")
 	fs.DurationVar(&o.gcInterval, "gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
 	fs.DurationVar(&o.gcMinAge, "gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")

@@ -47,7 +47,7 @@ func (o *options) Run(p *servekit.Process) error {
 	}
 	o.installGuard(p.Log, gate != nil)
 	ckd, err := server.Open(server.Options{
-		StateDir: o.stateDir, TargetDir: o.targetDir, TargetFile: o.targetFile, KubeletConfig: o.kubeletConfig, NoSync: o.noFsync,
+		StateDir: o.stateDir, TargetDir: o.targetDir, TargetFile: o.targetFile, KubeletConfig: o.kubeletConfig, NoSync: o.noFsync, Rules: o.rules,
 		MaxWatchers: o.maxWatchers, Registerer: srv.Registry, Log: p.Log, Consumer: gate, GuardDir: o.guardDir(gate != nil),
 		GuardRuntimeEndpoint: o.guardRuntimeEndpoint(), GuardHostTargetDir: o.guardHostTargetDir,
 	})

@@ -52,6 +52,7 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&a.TokenServiceAccount, "agent-token-service-account", "", "NAMESPACE/NAME of the ServiceAccount whose tokens the reconciler requests for the agents (its own)")
 	fs.DurationVar(&a.TokenLifetime, "agent-token-lifetime", agents.DefaultTokenLifetime, "life asked for each node's token (at least 10m: the API server refuses a shorter TokenRequest); the leader renews it in the background at 48-72 % of the life granted, or a call at 80 %")
 	fs.DurationVar(&a.TokenRenewAfter, "agent-token-renew-after", 0, "each node's token falls due this long after it was minted, if sooner than 80 % of its life (0: at 80 %); the leader replaces it ahead, at 60-90 % of that (tests, to see renewals within seconds)")
+	o.server.Rules.Register(fs)
 	fs.BoolVar(&o.server.NodeValidationOnly, "node-validation-only", false, "do not validate a new version before assigning it; leave validation to the nodes (on activation), e.g. while their validator is newer than this reconciler's")
 	fs.StringVar(&o.server.KubeletCheck, "kubelet-check-binary", kubeletexec.DefaultPath(), "the "+kubeletexec.Binary+" binary that runs the kubelet validator of the central validation, one short-lived process per new version; by default the one next to this binary")
 	fs.StringVar(&o.server.NodeEvents, "node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")

@@ -10,6 +10,7 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/configcheck/fieldpolicy"
 	"nodeconfig.io/test/framework/proc"
 	"nodeconfig.io/test/framework/sim"
 )
@@ -51,7 +52,12 @@ func TestPeriodicReconcileRepairsDrift(t *testing.T) {
 // An interval of 0 stops periodic reconciles once the node is up
 // to date, but a spec change still reconciles.
 func TestReconcileIntervalZeroStopsPeriodicButSpecChangeReconciles(t *testing.T) {
-	e := newEnv(t, 1)
+	// The spec change below is to validator: none, which the operator
+	// allows on both sides.
+	e := newNodes(t, 1, func(int) sim.NodeOptions {
+		return sim.NodeOptions{CheckpointdArgs: []string{"--" + fieldpolicy.ValidatorNoneFlag}}
+	})
+	e.startReconciler("r0", "--"+fieldpolicy.ValidatorNoneFlag)
 	n := e.nodes[0]
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
 	zero := map[string]string{v1alpha1.AnnotationReconcileInterval: "0"}

@@ -41,6 +41,13 @@ const (
 	// or decoded: it says nothing of the config, so nothing rolls back and
 	// the caller retries.
 	ReasonNodeFilesUnreadable = "NodeFilesUnreadable"
+
+	// ReasonRefusedByPolicy is the late error of a config the node's own
+	// field policy refuses (a kubelet field that grants access or runs
+	// code, or validator: none without the opt-in): the agent holds it
+	// from its own flags, so a reconciler that let it through cannot
+	// lift it.
+	ReasonRefusedByPolicy = "RefusedByPolicy"
 )
 
 // Status projects r onto the NodeConfigStatus a node reports, so that

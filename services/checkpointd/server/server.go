@@ -22,6 +22,7 @@ import (
 	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
+	"nodeconfig.io/services/configcheck/fieldpolicy"
 	"nodeconfig.io/services/configcheck/kubeletcheck"
 )
 
@@ -36,6 +37,9 @@ type Options struct {
 	MaxWatchers int
 	Registerer  prometheus.Registerer // nil: no metrics
 	Log         *slog.Logger
+	// Rules are the node's own field policy and validator: none opt-in,
+	// checked at every activation.
+	Rules fieldpolicy.Rules
 	// KubeletConfig is the kubelet's --config file: with it a kubelet
 	// drop-in is judged merged with it and the other drop-ins of TargetDir.
 	KubeletConfig string
@@ -76,6 +80,7 @@ func Open(o Options) (*Checkpointd, error) {
 		Metrics:     lifecycle.NewMetrics(o.Registerer),
 		Log:         o.Log,
 		MaxWatchers: o.MaxWatchers,
+		Rules:       &o.Rules,
 	}
 	if o.KubeletConfig != "" {
 		lo.Kubelet = &kubeletcheck.NodeFiles{BaseConfig: o.KubeletConfig, DropInDir: o.TargetDir, Own: lo.Target.Path()}

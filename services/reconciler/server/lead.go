@@ -75,7 +75,7 @@ func (r *Reconciler) lead(ctx context.Context) {
 		Kube: r.o.Kube, NodeConfigClient: r.o.NodeConfigClient,
 		Nodes:      metadatalister.New(nodes.Informer().GetIndexer(), nodesResource),
 		ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, ConfigMapListed: cms.Listed, NodeConfigs: ncLister, Synced: synced,
-		Agents: agentPool, Recorder: recorder, NormalNodeEvents: r.o.NodeEvents == "all", NodeValidationOnly: r.o.NodeValidationOnly,
+		Agents: agentPool, Recorder: recorder, NormalNodeEvents: r.o.NodeEvents == "all", NodeValidationOnly: r.o.NodeValidationOnly, Rules: r.o.Rules,
 		Checker: configcheck.Checker{Kubelet: kubeletexec.Runner{Path: r.o.KubeletCheck}.Check},
 		Metrics: r.metrics, Log: r.o.Log,
 		BaseDelay: r.o.BaseDelay, MaxDelay: r.o.MaxDelay,

@@ -20,6 +20,7 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	nodeconfigclient "nodeconfig.io/services/api/client/clientset"
+	"nodeconfig.io/services/configcheck/fieldpolicy"
 	"nodeconfig.io/services/configcheck/kubeletexec"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/controller"
@@ -47,6 +48,8 @@ type Options struct {
 	// NodeValidationOnly leaves validating a new version to the nodes (on
 	// activation) instead of validating it before assigning it.
 	NodeValidationOnly bool
+	// Rules are the field policy and the validator: none opt-in.
+	Rules fieldpolicy.Rules
 	// KubeletCheck is the nodeconfig-kubelet-check binary the central
 	// validation runs for the kubelet validator (kubeletexec): the
 	// kubelet's code stays out of this process. New refuses a path that is

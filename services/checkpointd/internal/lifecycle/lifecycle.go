@@ -23,6 +23,7 @@ import (
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
 	"nodeconfig.io/services/configcheck"
+	"nodeconfig.io/services/configcheck/fieldpolicy"
 	"nodeconfig.io/services/configcheck/kubeletcheck"
 )
 
@@ -47,6 +48,9 @@ type Node struct {
 	kubelet *kubeletcheck.NodeFiles
 	// guard, when set, is told of every trial (internal/guard).
 	guard *guard.Writer
+	// rules, when set, are the node's own field policy, checked at every
+	// activation whatever the reconciler decided.
+	rules *fieldpolicy.Rules
 
 	// mu orders record changes with target writes, so the file on disk and
 	// the active record never disagree for long.
@@ -75,6 +79,9 @@ type Options struct {
 	// keeps its trial in step with the records and reads its fallback at
 	// start.
 	Guard *guard.Writer
+	// Rules, when set, refuse at activation what the node's field policy
+	// refuses (a late RefusedByPolicy error: nothing is written).
+	Rules *fieldpolicy.Rules
 }
 
 // Consumer is the gate of the file's consumer (consumer.Gate): woken after
@@ -89,7 +96,7 @@ func New(o Options) *Node {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Node{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers, consumer: o.Consumer, kubelet: o.Kubelet, guard: o.Guard}
+	return &Node{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers, consumer: o.Consumer, kubelet: o.Kubelet, guard: o.Guard, rules: o.Rules}
 }
 
 // Records returns the node's records.
@@ -188,6 +195,11 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, recs, nil
 	}
 	content, reason, loadErr := n.load(assigned.GetSource(), assigned.GetValidator())
+	if loadErr == nil && n.rules != nil {
+		if err := n.rules.Admit(assigned.GetValidator(), content); err != nil {
+			reason, loadErr = records.ReasonRefusedByPolicy, err
+		}
+	}
 	if nodeFiles := (*kubeletcheck.NodeFilesError)(nil); errors.As(loadErr, &nodeFiles) {
 		return 0, nil, n.earlyErrorLocked(records.ReasonNodeFilesUnreadable, fmt.Sprintf("cannot judge %s: the node's own kubelet files: %v", describeExactly(assigned.GetSource()), nodeFiles), nodeFiles)
 	}
@@ -592,8 +604,11 @@ func describeExactly(src *nodeconfigv1.ConfigSource) string {
 }
 
 func reasonVerb(reason string) string {
-	if reason == configcheck.ReasonValidationFailed {
+	switch reason {
+	case configcheck.ReasonValidationFailed:
 		return "failed validation"
+	case records.ReasonRefusedByPolicy:
+		return "was refused by this node's field policy"
 	}
 	return "failed to load"
 }

@@ -23,6 +23,7 @@ import (
 	nodeconfigclient "nodeconfig.io/services/api/client/clientset"
 	nodeconfiglisters "nodeconfig.io/services/api/client/listers/api/v1alpha1"
 	"nodeconfig.io/services/configcheck"
+	"nodeconfig.io/services/configcheck/fieldpolicy"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/rollout"
 )
@@ -63,6 +64,9 @@ type Options struct {
 	// NodeValidationOnly skips the central validation of each new version
 	// (verdict.go): the nodes alone validate, on activation.
 	NodeValidationOnly bool
+	// Rules are the field policy and the validator: none opt-in, checked
+	// before any node is assigned a version (verdict.go).
+	Rules fieldpolicy.Rules
 	// Checker runs the central validation; its kubelet validator is a
 	// child process (kubeletexec), so this binary does not link the
 	// kubelet's code.

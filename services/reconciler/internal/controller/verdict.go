@@ -46,6 +46,13 @@ type failure struct {
 // ("" if it passes). An error says the validator could not run: the
 // version has no verdict yet.
 func (c *Controller) refusal(ctx context.Context, v rollout.Version, validator nodeconfigv1.Validator, payload string) (string, error) {
+	// The field policy first, and whatever --node-validation-only says:
+	// it costs no child process, and a refused field is refused on every
+	// node anyway.
+	if err := c.o.Rules.Admit(validator, []byte(payload)); err != nil {
+		c.verdicts.judged.Add(v, err.Error())
+		return err.Error(), nil
+	}
 	if c.o.NodeValidationOnly {
 		return "", nil
 	}
