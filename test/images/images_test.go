@@ -97,8 +97,13 @@ func TestImagesAreLoadableNonRootAndRun(t *testing.T) {
 				files[name] = true
 			}
 			want := map[string]bool{"service": true}
-			if service == "reconciler" {
+			switch service {
+			case "reconciler":
 				want["nodeconfig-kubelet-check"] = true
+			case "checkpointd":
+				// The kubelet's start guard, which the agent installs on
+				// the host.
+				want["nodeconfig-guard"] = true
 			}
 			for name := range want {
 				if !files[name] {
@@ -108,6 +113,12 @@ func TestImagesAreLoadableNonRootAndRun(t *testing.T) {
 			for name := range files {
 				if !want[name] {
 					t.Fatalf("/%s in the image, which wants only %v", name, want)
+				}
+			}
+			if want["nodeconfig-guard"] {
+				out, _ := exec.Command(filepath.Join(dir, "nodeconfig-guard"), "--help").CombinedOutput()
+				if !strings.Contains(string(out), "usage: nodeconfig-guard") {
+					t.Fatalf("nodeconfig-guard --help:\n%s", out)
 				}
 			}
 			out, err := exec.Command(filepath.Join(dir, "service"), "--help").CombinedOutput()
