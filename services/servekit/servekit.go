@@ -47,6 +47,11 @@ const MaxMessageBytes = 4 << 20
 // prefix, before its body is buffered.
 const MaxRequestBytes = 2 << 20
 
+// MaxHeaderListBytes bounds the headers of a gRPC call and of a metrics
+// request: a bearer token (authn.MaxTokenBytes at most) and the
+// protocol's own.
+const MaxHeaderListBytes = 8 << 10
+
 // The TCP port serves one reconciler: a few connections with a few streams
 // each. The bounds keep memory below the agent's limit whoever connects
 // (the NetworkPolicy keeps other callers out where the network enforces it);
@@ -218,6 +223,10 @@ func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) 
 		grpc.InTapHandle(guard.Tap()),
 		grpc.ChainUnaryInterceptor(guard.Unary()),
 		grpc.ChainStreamInterceptor(guard.Stream()),
+		// Headers are decoded before any check of the caller: a few KiB
+		// hold a bearer token and gRPC's own, where grpc-go's default
+		// lets a caller make the server decode 16 MiB.
+		grpc.MaxHeaderListSize(MaxHeaderListBytes),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
@@ -328,7 +337,10 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 			mux.Handle("/debug/pprof/symbol", guard.wrap(http.HandlerFunc(pprof.Symbol)))
 			mux.Handle("/debug/pprof/trace", guard.wrap(http.HandlerFunc(pprof.Trace)))
 		}
-		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+			// An idle scraper gives its connection back, and a request's
+			// headers stay within what a bearer token needs.
+			IdleTimeout: maxConnectionIdle, MaxHeaderBytes: MaxHeaderListBytes}
 		go func() { _ = metricsSrv.Serve(ml) }()
 		s.log.Info("serving metrics", "addr", ml.Addr().String())
 	}

@@ -131,6 +131,9 @@ func (g *Guard) Tap() tap.ServerInHandle {
 		if token == "" {
 			return ctx, g.refuse(codes.Unauthenticated, "%s needs a bearer token: a ServiceAccount token with audience %q", info.FullMethodName, g.audience)
 		}
+		if len(token) > MaxTokenBytes {
+			return ctx, g.refuse(codes.Unauthenticated, "token refused for audience %q: longer than %d bytes", g.audience, MaxTokenBytes)
+		}
 		// A reviewed token is judged by its review, cached no longer than
 		// the token is valid: reading and verifying it again per call
 		// would cost more than the call.
@@ -220,6 +223,10 @@ func (g *Guard) refuse(code codes.Code, format string, args ...any) error {
 	return status.Errorf(code, format, args...)
 }
 
+// MaxTokenBytes is the longest bearer token looked at: a Kubernetes
+// ServiceAccount token with its claims is about a kilobyte.
+const MaxTokenBytes = 4 << 10
+
 func bearer(md metadata.MD) string {
 	for _, v := range md.Get("authorization") {
 		if t, ok := strings.CutPrefix(v, "Bearer "); ok && t != "" {
@@ -235,6 +242,11 @@ func bearer(md metadata.MD) string {
 // rest.
 func (g *Guard) claims(token string) (jwt.Claims, string) {
 	var c jwt.Claims
+	if len(token) > MaxTokenBytes {
+		// Refused before it is decoded: a ServiceAccount token is about a
+		// kilobyte, and decoding costs what the caller chose to send.
+		return c, fmt.Sprintf("longer than %d bytes", MaxTokenBytes)
+	}
 	parsed, err := jwt.ParseSigned(token, tokenAlgorithms)
 	if err != nil {
 		return c, "not a signed JWT"

@@ -288,3 +288,20 @@ func TestNilGuardAllowsAll(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A token longer than any ServiceAccount's is refused before it is hashed,
+// parsed or reviewed.
+func TestAnOversizedTokenIsRefusedUnread(t *testing.T) {
+	g, calls := fakeReviews(t)
+	huge := mint(t, reconciler, time.Hour, audience) + "." + strings.Repeat("A", MaxTokenBytes)
+	err := tapCall(g, "tcp", huge, "/nodeconfig.v1.CheckpointService/GetRecords")
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("tap: %v; want Unauthenticated for its length", err)
+	}
+	if r, _ := g.review(context.Background(), huge); r.refusal == "" {
+		t.Fatal("the review path accepted an oversized token")
+	}
+	if calls.Load() != 0 {
+		t.Fatalf("%d TokenReviews for an oversized token", calls.Load())
+	}
+}
