@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
@@ -33,6 +34,9 @@ type KeySet struct {
 	keys    *jose.JSONWebKeySet
 	fetched time.Time
 	now     func() time.Time
+	// reading is set while a read that an unknown key started is under
+	// way: the tokens that meet it share it.
+	reading atomic.Bool
 }
 
 // NewKeySet reads the keys with fetch (the raw JWKS document).
@@ -88,8 +92,11 @@ func (k *KeySet) verify(parsed *jwt.JSONWebToken) string {
 	}
 	for _, h := range parsed.Headers {
 		if h.KeyID == "" || len(keys.Key(h.KeyID)) == 0 {
-			if k.now().Sub(fetched) > keysUnknownRetry {
-				go k.refresh(context.Background())
+			if k.now().Sub(fetched) > keysUnknownRetry && k.reading.CompareAndSwap(false, true) {
+				go func() {
+					defer k.reading.Store(false)
+					k.refresh(context.Background())
+				}()
 			}
 			return fmt.Sprintf("signed by key %q, which is not one of the cluster's ServiceAccount keys", h.KeyID)
 		}

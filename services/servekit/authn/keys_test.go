@@ -160,3 +160,42 @@ func TestWithoutKeysEveryTokenIsReviewed(t *testing.T) {
 		t.Fatalf("%d reviews, want 1", reviews.Load())
 	}
 }
+
+// A thousand tokens of unknown keys, while the keys are being read again,
+// cost one read, not one each.
+func TestUnknownKeysShareOneReadOfTheKeys(t *testing.T) {
+	cluster := newClusterKey(t, "cluster-1")
+	var fetches atomic.Int64
+	release := make(chan struct{})
+	keys := NewKeySet(func(ctx context.Context) ([]byte, error) {
+		if fetches.Add(1) > 1 {
+			<-release // the read the flood starts is slow
+		}
+		return published(cluster)(ctx)
+	}, slog.Default())
+	keys.refresh(context.Background())
+	keys.mu.Lock()
+	keys.now = func() time.Time { return time.Now().Add(time.Hour) }
+	keys.mu.Unlock()
+	g, reviews := fakeReviews(t)
+	g.WithKeys(keys)
+	stranger := newClusterKey(t, "unknown")
+	token := stranger.sign(t, reconciler)
+	for range 1000 {
+		if err := tapCall(g, "tcp", token, "/nodeconfig.v1.CheckpointService/Activate"); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("a token of an unknown key: %v", err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return fetches.Load() >= 2, nil
+	}); err != nil {
+		t.Fatal("the unknown key started no read of the keys")
+	}
+	close(release)
+	if n := fetches.Load(); n != 2 {
+		t.Fatalf("%d reads of the keys for 1,000 tokens of an unknown key; want the first and one more", n)
+	}
+	if reviews.Load() != 0 {
+		t.Fatalf("%d TokenReviews for tokens of an unknown key", reviews.Load())
+	}
+}
