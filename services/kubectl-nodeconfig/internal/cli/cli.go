@@ -20,12 +20,15 @@ import (
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/reconciler"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
+	"nodeconfig.io/services/kubectl-nodeconfig/internal/safeout"
 )
 
 // Main runs the command line and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// What the nodes wrote reaches the terminal shown, not obeyed.
+	stdout, stderr = safeout.Writer(stdout), safeout.Writer(stderr)
 	cmd := New(stdout, stderr)
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
