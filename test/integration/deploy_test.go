@@ -185,6 +185,8 @@ func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
 		"a label":            `{"metadata":{"labels":{"x":"y"}}}`,
 		"another annotation": `{"metadata":{"annotations":{"other":"v"}}}`,
 		"the spec":           `{"spec":{"unschedulable":true}}`,
+		"an owner reference": `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}}`,
+		"a finalizer":        `{"metadata":{"finalizers":["example.com/hold"]}}`,
 	} {
 		_, err := reconciler.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(p), metav1.PatchOptions{})
 		if err == nil || !strings.Contains(err.Error(), "may change only") {
@@ -223,6 +225,10 @@ func refusedOwn(t *testing.T, agent kubernetes.Interface, node string) {
 		"another condition":  `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"X","message":"m"}]}}`,
 		"capacity":           `{"status":{"capacity":{"pods":"999"}}}`,
 		"addresses":          `{"status":{"addresses":[{"type":"InternalIP","address":"10.9.9.9"}]}}`,
+		// A dangling owner makes the garbage collector delete the Node
+		// (which registers again without its taints); a finalizer holds it.
+		"an owner reference": `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}}`,
+		"a finalizer":        `{"metadata":{"finalizers":["example.com/hold"]}}`,
 	} {
 		_, err := agent.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, []byte(p), metav1.PatchOptions{}, "status")
 		if err == nil || !strings.Contains(err.Error(), "may") {
