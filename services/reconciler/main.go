@@ -50,6 +50,8 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&a.ServerName, "agent-tls-server-name", "nodeconfig-agent.nodeconfig-system.svc", "name the agents' certificate is checked against")
 	fs.StringVar(&a.TokenAudience, "agent-token-audience", "", "audience of the token sent to each agent, with {node} in it (e.g. nodeconfig-agent/{node}): each node's token is refused by every other node; empty sends none")
 	fs.StringVar(&a.TokenServiceAccount, "agent-token-service-account", "", "NAMESPACE/NAME of the ServiceAccount whose tokens the reconciler requests for the agents (its own)")
+	fs.StringVar(&a.TokenBoundPod, "agent-token-bound-pod", "", "the reconciler's own Pod (with --agent-token-bound-pod-uid): each agent token is bound to it, so the tokens stop working once it is gone and one stolen from a replica dies with it (deploy/ sets both from the downward API)")
+	fs.StringVar(&a.TokenBoundPodUID, "agent-token-bound-pod-uid", "", "the uid of --agent-token-bound-pod")
 	fs.DurationVar(&a.TokenLifetime, "agent-token-lifetime", agents.DefaultTokenLifetime, "life asked for each node's token (at least 10m: the API server refuses a shorter TokenRequest); the leader renews it in the background at 48-72 % of the life granted, or a call at 80 %")
 	fs.DurationVar(&a.TokenRenewAfter, "agent-token-renew-after", 0, "each node's token falls due this long after it was minted, if sooner than 80 % of its life (0: at 80 %); the leader replaces it ahead, at 60-90 % of that (tests, to see renewals within seconds)")
 	o.server.Rules.Register(fs)

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/leaderelection"
@@ -87,6 +90,9 @@ type Agents struct {
 	// TokenRenewAfter replaces a token this long after it was minted, if
 	// sooner than 80 % of its life (0: at 80 %).
 	TokenRenewAfter time.Duration
+	// TokenBoundPod and TokenBoundPodUID, when set, are the reconciler's
+	// own Pod, which every token is bound to.
+	TokenBoundPod, TokenBoundPodUID string
 	// MaxConnections bounds the open agent connections.
 	MaxConnections int
 }
@@ -144,8 +150,14 @@ func nodeTokens(kube kubernetes.Interface, a Agents) (*agents.NodeTokens, error)
 	if !ok || ns == "" || name == "" {
 		return nil, fmt.Errorf("--agent-token-service-account %q: want NAMESPACE/NAME (needed with --agent-token-audience)", a.TokenServiceAccount)
 	}
-	tokens, err := agents.NewNodeTokens(kube.CoreV1().ServiceAccounts(ns), name, a.TokenAudience, maxTokenNodes,
-		agents.TokenOptions{Lifetime: a.TokenLifetime, RenewAfter: a.TokenRenewAfter})
+	o := agents.TokenOptions{Lifetime: a.TokenLifetime, RenewAfter: a.TokenRenewAfter}
+	if a.TokenBoundPod != "" {
+		if a.TokenBoundPodUID == "" {
+			return nil, errors.New("--agent-token-bound-pod needs --agent-token-bound-pod-uid: the API server binds a token to one Pod, by name and uid")
+		}
+		o.BoundPod = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: a.TokenBoundPod, UID: types.UID(a.TokenBoundPodUID)}
+	}
+	tokens, err := agents.NewNodeTokens(kube.CoreV1().ServiceAccounts(ns), name, a.TokenAudience, maxTokenNodes, o)
 	if err != nil {
 		return nil, fmt.Errorf("--agent-token-audience, --agent-token-lifetime, --agent-token-renew-after: %w", err)
 	}

@@ -33,6 +33,7 @@ type NodeTokens struct {
 	audience   string // with {node}
 	lifetime   time.Duration
 	renewAfter time.Duration // 0: at 80 % of the life granted
+	boundPod   *authenticationv1.BoundObjectReference
 	now        func() time.Time
 
 	requests *prometheus.CounterVec // by when: ahead, on_use
@@ -82,6 +83,10 @@ type TokenOptions struct {
 	// see renewals within seconds, which no lifetime the API server
 	// accepts would give.
 	RenewAfter time.Duration
+	// BoundPod, when set, is the reconciler's own Pod: each token is bound
+	// to it, so the API server stops honouring the tokens once the Pod is
+	// gone, and one stolen from a replica dies with that replica.
+	BoundPod *authenticationv1.BoundObjectReference
 }
 
 const requestTimeout = 10 * time.Second
@@ -109,7 +114,7 @@ func NewNodeTokens(accounts corev1client.ServiceAccountInterface, account, audie
 	requests.WithLabelValues("ahead")
 	requests.WithLabelValues("on_use")
 	t := &NodeTokens{accounts: accounts, account: account, audience: audience, lifetime: o.Lifetime, renewAfter: o.RenewAfter,
-		now: time.Now, requests: requests}
+		boundPod: o.BoundPod, now: time.Now, requests: requests}
 	t.tokens = cache.NewLRUExpireCacheWithClock(maxNodes, clockFunc(func() time.Time { return t.now() }))
 	return t, nil
 }
@@ -175,7 +180,7 @@ func (t *NodeTokens) mint(ctx context.Context, node string, ahead bool) (compact
 		t.requests.WithLabelValues(when).Inc()
 		seconds := int64(t.lifetime / time.Second)
 		tr, err := t.accounts.CreateToken(ctx, t.account, &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{t.Audience(node)}, ExpirationSeconds: &seconds},
+			Spec: authenticationv1.TokenRequestSpec{Audiences: []string{t.Audience(node)}, ExpirationSeconds: &seconds, BoundObjectRef: t.boundPod},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			return compactToken{}, fmt.Errorf("token for node %s (TokenRequest of ServiceAccount %s): %w", node, t.account, err)

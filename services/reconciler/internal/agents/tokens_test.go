@@ -276,3 +276,28 @@ func TestNodeTokensRenewalDoesNotBringBackAForgottenNode(t *testing.T) {
 		t.Fatal("the renewal brought back the token of a node forgotten during it")
 	}
 }
+
+// With BoundPod, every token is bound to the reconciler's own Pod: the API
+// server stops honouring it once that Pod is gone.
+func TestNodeTokensAreBoundToTheReconcilersPod(t *testing.T) {
+	client := fake.NewClientset()
+	var bound *authenticationv1.BoundObjectReference
+	client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenRequest).DeepCopy()
+		bound = tr.Spec.BoundObjectRef
+		tr.Status.Token = "t"
+		tr.Status.ExpirationTimestamp = metav1.NewTime(time.Now().Add(time.Hour))
+		return true, tr, nil
+	})
+	pod := &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: "nodeconfig-reconciler-abc", UID: "uid-1"}
+	tokens, err := NewNodeTokens(client.CoreV1().ServiceAccounts("nodeconfig-system"), "nodeconfig-reconciler", "nodeconfig-agent/{node}", 16, TokenOptions{BoundPod: pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.Token(context.Background(), "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if bound == nil || *bound != *pod {
+		t.Fatalf("TokenRequest bound to %+v, want %+v", bound, pod)
+	}
+}
