@@ -1,7 +1,6 @@
 package fieldpolicy
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 
@@ -33,12 +32,6 @@ func (r Rules) Admit(v nodeconfigv1.Validator, dropIn []byte) error {
 		return ErrValidatorNone
 	}
 	return r.Check(dropIn)
-}
-
-// IsRefusal says whether err is the rules' refusal.
-func IsRefusal(err error) bool {
-	var fields *RefusedError
-	return errors.As(err, &fields) || errors.Is(err, ErrValidatorNone)
 }
 
 // Register adds AllowFlag and ValidatorNoneFlag to fs; a path AllowFlag
