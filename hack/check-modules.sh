@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/kube-replaces.sh --check
-for m in $(go work edit -json | sed -n 's/.*"DiskPath": "\(.*\)".*/\1/p'); do
+for m in $(go list -m -f '{{.Dir}}'); do
 	if ! out=$(cd "$m" && GOWORK=off go build ./... 2>&1 && GOWORK=off go vet ./... 2>&1); then
 		echo "module $m does not build or vet on its own (GOWORK=off):" >&2
 		echo "$out" >&2
