@@ -30,9 +30,10 @@ func main() {
 type options struct {
 	kube kubeapi.Flags
 	// The reconciler but for its clients and logger, which Run adds.
-	server      server.Options
-	leaderElect bool
-	election    server.LeaderElection
+	server          server.Options
+	leaderElect     bool
+	admissionPolicy string
+	election        server.LeaderElection
 }
 
 // Register implements servekit.Service.
@@ -62,6 +63,7 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.IntVar(&o.server.Workers, "workers", 16, "concurrent node syncs (each mostly waits on its agent, so more than the cores)")
 	fs.DurationVar(&o.server.BaseDelay, "retry-base-delay", controller.DefaultBaseDelay, "first retry delay after an early error (doubles per failure)")
 	fs.DurationVar(&o.server.MaxDelay, "retry-max-delay", controller.DefaultMaxDelay, "cap of the retry delay")
+	fs.StringVar(&o.admissionPolicy, "admission-policy", "nodeconfig-reconciler-abandon-mark", "the ValidatingAdmissionPolicy (and its binding of the same name) that confines the reconciler's Node patches to its abandon mark: it refuses to start unless that is installed and enforced; empty: no check (a cluster without deploy/rbac.yaml)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect one active replica through a Lease")
 	fs.StringVar(&le.Namespace, "leader-elect-namespace", "nodeconfig-system", "namespace of the Lease")
 	fs.StringVar(&le.Name, "leader-elect-name", "nodeconfig-reconciler", "name of the Lease")

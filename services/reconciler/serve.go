@@ -7,6 +7,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/admissionpolicy"
 	nodeconfigclient "nodeconfig.io/services/api/client/clientset"
 	"nodeconfig.io/services/reconciler/server"
 	"nodeconfig.io/services/servekit"
@@ -45,6 +46,9 @@ func (o *options) Run(p *servekit.Process) error {
 		return err
 	}
 	rec.Register(srv.GRPC, srv.Registry)
+	if err := admissionpolicy.AtStart(p.Log, kube.AdmissionregistrationV1(), o.admissionPolicy); err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -23,6 +23,7 @@ func main() {
 type options struct {
 	kube                             kubeapi.Flags
 	nodeName, checkpointd, stateFile string
+	admissionPolicy                  string
 	syncPeriod                       time.Duration
 }
 
@@ -32,5 +33,6 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "the Node this statusd patches (default $NODE_NAME)")
 	fs.StringVar(&o.checkpointd, "checkpointd", "127.0.0.1:7601", "checkpointd gRPC target (host:port or unix:///path)")
 	fs.StringVar(&o.stateFile, "state-file", "/var/lib/nodeconfig/statusd-reports.json", "where reported setter outputs are kept across restarts")
+	fs.StringVar(&o.admissionPolicy, "admission-policy", "nodeconfig-agent-own-node", "the ValidatingAdmissionPolicy (and its binding of the same name) that confines this agent to its own Node's condition and annotation: statusd refuses to start unless it is installed and enforced; empty: no check (a cluster without deploy/rbac.yaml)")
 	fs.DurationVar(&o.syncPeriod, "sync-period", nodesync.DefaultSyncPeriod, "mean period of the full status sync (jittered by 4%), a safety net: every change of its inputs syncs at once")
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/admissionpolicy"
 	"nodeconfig.io/services/servekit"
 	"nodeconfig.io/services/statusd/server"
 )
@@ -47,6 +48,9 @@ func (o *options) Run(p *servekit.Process) error {
 		return err
 	}
 	sd.Register(srv.GRPC)
+	if err := admissionpolicy.AtStart(p.Log, client.AdmissionregistrationV1(), o.admissionPolicy); err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

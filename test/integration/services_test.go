@@ -33,8 +33,8 @@ func TestServiceBinariesServeHealthReflectionAndStopOnSIGTERM(t *testing.T) {
 		args    []string
 	}{
 		{"checkpointd", "nodeconfig.v1.CheckpointService", []string{"--state-dir", filepath.Join(dir, "state"), "--target-dir", filepath.Join(dir, "target")}},
-		{"statusd", "nodeconfig.v1.StatusService", []string{"--kubeconfig", kubeconfig, "--node-name", "svc-test", "--state-file", filepath.Join(dir, "reports.json")}},
-		{"reconciler", "nodeconfig.v1.ReconcilerService", []string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--agent-socket-template", filepath.Join(dir, "{node}.sock")}},
+		{"statusd", "nodeconfig.v1.StatusService", []string{"--kubeconfig", kubeconfig, "--node-name", "svc-test", "--state-file", filepath.Join(dir, "reports.json"), "--admission-policy="}},
+		{"reconciler", "nodeconfig.v1.ReconcilerService", []string{"--kubeconfig", kubeconfig, "--leader-elect=false", "--agent-socket-template", filepath.Join(dir, "{node}.sock"), "--admission-policy="}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin, err := proc.Binary(tc.name)
@@ -154,6 +154,9 @@ func TestServicesRefuseInsecureListenFlags(t *testing.T) {
 		{"reconciler", []string{"--agent-token-audience", "nodeconfig-agent/{node}", "--agent-token-service-account", "ns/r"}, "need --agent-ca-file"},
 		{"reconciler", []string{"--agent-ca-file", "/dev/null", "--agent-token-audience", "nodeconfig-agent", "--agent-token-service-account", "ns/r"}, "must contain {node}"},
 		{"reconciler", []string{"--agent-token-audience", "nodeconfig-agent/{node}"}, "want NAMESPACE/NAME"},
+		// Without the policy that confines it, a service does not start.
+		{"statusd", []string{"--listen", "127.0.0.1:0", "--node-name", "n", "--admission-policy", "nodeconfig-no-such"}, "ValidatingAdmissionPolicy nodeconfig-no-such is missing"},
+		{"reconciler", []string{"--listen", "127.0.0.1:0", "--leader-elect=false", "--admission-policy", "nodeconfig-no-such"}, "ValidatingAdmissionPolicy nodeconfig-no-such is missing"},
 	} {
 		bin, err := proc.Binary(tc.service)
 		if err != nil {

@@ -133,6 +133,9 @@ func StartNodeWith(ctx context.Context, c *cluster.Cluster, root, name string, o
 		"--listen", n.StatusdAddr, "--socket", n.StatusdSocket, "--metrics-addr", "",
 		"--kubeconfig", c.Kubeconfig, "--node-name", name, "--checkpointd", "unix://" + n.Socket,
 		"--state-file", filepath.Join(dir, "statusd-reports.json"),
+		// A simulated node writes as the cluster's admin, whom no policy
+		// confines (test/integration checks the policies and the check).
+		"--admission-policy=",
 	}, statusdArgs...)
 	n.Statusd, err = proc.Start(name+"/statusd", stBin, args, filepath.Join(dir, "statusd.log"))
 	if err != nil {
@@ -218,7 +221,7 @@ func StartReconcilerAt(ctx context.Context, c *cluster.Cluster, root, identity, 
 	args := append([]string{
 		"--listen", addr, "--metrics-addr", "", "--kubeconfig", c.Kubeconfig,
 		"--agent-socket-template", SocketTemplate(root), "--identity", identity,
-		"--retry-base-delay", "200ms", "--retry-max-delay", "2s",
+		"--retry-base-delay", "200ms", "--retry-max-delay", "2s", "--admission-policy=",
 	}, extra...)
 	p, err := proc.Start("reconciler/"+identity, bin, args, filepath.Join(root, "reconciler-"+identity+".log"))
 	if err != nil {
