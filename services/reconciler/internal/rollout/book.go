@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/lru"
+
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
@@ -31,7 +33,7 @@ type Book struct {
 	// waiting indexes the nodes pacing holds back by the NodeConfigs
 	// whose freed place may start them.
 	waiting  map[string]set
-	policies map[policyKey]*Policy
+	policies *lru.Cache // policyKey -> *Policy
 }
 
 // New makes an empty Book reading the time from now.
@@ -42,7 +44,7 @@ func New(now func() time.Time) *Book {
 		trials:    map[string]*trialIndex{},
 		departing: map[string]set{},
 		waiting:   map[string]set{},
-		policies:  map[policyKey]*Policy{},
+		policies:  lru.New(maxPolicies),
 	}
 }
 

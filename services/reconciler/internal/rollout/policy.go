@@ -49,8 +49,8 @@ func ParsePolicy(nc *v1alpha1.NodeConfig) *Policy {
 	return p
 }
 
-// maxPolicies bounds the cache; above it the entries of old generations
-// are dropped with the rest, as they are cheap to parse again.
+// maxPolicies bounds the cache; the least recently used (old generations,
+// deleted NodeConfigs) go first, and are cheap to parse again.
 const maxPolicies = 1024
 
 type policyKey struct {
@@ -69,13 +69,10 @@ func (b *Book) Policy(nc *v1alpha1.NodeConfig) *Policy {
 
 func (b *Book) policyLocked(nc *v1alpha1.NodeConfig) *Policy {
 	key := policyKey{nc.UID, nc.Name, nc.Generation}
-	if p, ok := b.policies[key]; ok {
-		return p
+	if p, ok := b.policies.Get(key); ok {
+		return p.(*Policy)
 	}
 	p := ParsePolicy(nc)
-	if len(b.policies) > maxPolicies {
-		clear(b.policies)
-	}
-	b.policies[key] = p
+	b.policies.Add(key, p)
 	return p
 }
