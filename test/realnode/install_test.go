@@ -52,6 +52,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	if leader := *lease.Spec.HolderIdentity; leader != pods[0].Name && leader != pods[1].Name {
 		t.Fatalf("leader %q is neither replica (%s, %s)", leader, pods[0].Name, pods[1].Name)
 	}
+	attackWithTheAgentsToken(ctx, t)
 
 	// The agent writes the drop-in where the real kubelet reads it.
 	cm, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{})

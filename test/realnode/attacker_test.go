@@ -1,0 +1,186 @@
+package realnode_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/test/realnode"
+)
+
+// An attacker with root on the node reads the agent pod's own token from
+// the kubelet's directory. With it they may write their own Node's
+// NodeConfigReady condition and config-status annotation, and nothing
+// else: every attempt is a server-side dry run, so the install is not
+// changed by it. The agent's gRPC port takes only the reconciler's token
+// minted for this node.
+func attackWithTheAgentsToken(ctx context.Context, t *testing.T) {
+	t.Helper()
+	admin := node.Cluster.Client
+	stolen := agentPodToken(ctx, t)
+	cfg := rest.AnonymousClientConfig(node.Cluster.Config)
+	cfg.BearerToken = stolen
+	attacker, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "attacker-other-node"}}
+	if _, err := admin.CoreV1().Nodes().Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), other.Name, metav1.DeleteOptions{}) }()
+
+	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+	statusPatch := func(nodeName, p string) error {
+		_, err := attacker.CoreV1().Nodes().Patch(ctx, nodeName, types.StrategicMergePatchType, []byte(p), dry, "status")
+		return err
+	}
+	own := `{"metadata":{"annotations":{"` + v1alpha1.NodeAnnotationConfigStatus + `":"{}"}},"status":{"conditions":[{"type":"NodeConfigReady","status":"False","reason":"X","message":"forged"}]}}`
+	if err := statusPatch(realnode.NodeName, own); err != nil {
+		t.Errorf("the agent's token cannot write its own condition and annotation: %v", err)
+	}
+	for what, p := range map[string]string{
+		"a label":             `{"metadata":{"labels":{"x":"y"}}}`,
+		"another annotation":  `{"metadata":{"annotations":{"x":"y"}}}`,
+		"an owner reference":  `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}}`,
+		"a finalizer":         `{"metadata":{"finalizers":["example.com/hold"]}}`,
+		"the Ready condition": `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"X","message":"m"}]}}`,
+		"the allocatable":     `{"status":{"allocatable":{"cpu":"512"}}}`,
+	} {
+		if err := statusPatch(realnode.NodeName, p); err == nil {
+			t.Errorf("the agent's token changed %s of its own Node", what)
+		}
+	}
+	if err := statusPatch(other.Name, own); err == nil {
+		t.Error("the agent's token wrote another Node's condition")
+	}
+	for what, p := range map[string]string{
+		"taints":        `{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}`,
+		"unschedulable": `{"spec":{"unschedulable":true}}`,
+		"a label":       `{"metadata":{"labels":{"x":"y"}}}`,
+	} {
+		if _, err := attacker.CoreV1().Nodes().Patch(ctx, realnode.NodeName, types.MergePatchType, []byte(p), dry); err == nil {
+			t.Errorf("the agent's token changed %s of its Node", what)
+		}
+	}
+	for what, try := range map[string]func() error{
+		"list Secrets": func() error {
+			_, err := attacker.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"read the agents' TLS Secret": func() error {
+			_, err := attacker.CoreV1().Secrets(namespace).Get(ctx, "nodeconfig-agent-tls", metav1.GetOptions{})
+			return err
+		},
+		"list ConfigMaps": func() error {
+			_, err := attacker.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"mint the reconciler's tokens": func() error {
+			_, err := attacker.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, "nodeconfig-reconciler",
+				&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"nodeconfig-agent/" + other.Name}}},
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
+		"mint its own tokens": func() error {
+			_, err := attacker.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, "nodeconfig-agent",
+				&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"nodeconfig-agent/" + realnode.NodeName}}},
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
+	} {
+		if err := try(); err == nil {
+			t.Errorf("the agent's token may %s", what)
+		}
+	}
+
+	// The agent's own gRPC port: the reconciler's token for this node is
+	// taken, one for another node and the agent's own are refused.
+	call := func(token string) error {
+		ctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+		_, err := agentClient(ctx, t).GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{})
+		return err
+	}
+	if err := call(reconcilerToken(ctx, t, realnode.NodeName)); err != nil {
+		t.Errorf("the agent refused the reconciler's token for its node: %v", err)
+	}
+	for what, token := range map[string]string{
+		"the reconciler's token for another node": reconcilerToken(ctx, t, other.Name),
+		"the agent pod's own token":               stolen,
+	} {
+		if err := call(token); status.Code(err) != codes.Unauthenticated && status.Code(err) != codes.PermissionDenied {
+			t.Errorf("the agent's port with %s: %v, want Unauthenticated or PermissionDenied", what, err)
+		}
+	}
+}
+
+// agentPodToken reads the agent pod's ServiceAccount token where the
+// kubelet projects it on the host.
+func agentPodToken(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	pods, err := node.Cluster.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nodeconfig-agent"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("agent pods: %v, %v", pods, err)
+	}
+	files, err := filepath.Glob(filepath.Join(realnode.Root, "kubelet", "pods", string(pods.Items[0].UID), "volumes", "kubernetes.io~projected", "*", "token"))
+	if err != nil || len(files) != 1 {
+		t.Fatalf("the agent pod's token on the host: %v, %v", files, err)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// reconcilerToken mints a token of the reconciler's ServiceAccount for
+// nodeName's agent, as the reconciler does.
+func reconcilerToken(ctx context.Context, t *testing.T, nodeName string) string {
+	t.Helper()
+	tr, err := node.Cluster.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, "nodeconfig-reconciler",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{"nodeconfig-agent/" + nodeName}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// agentClient dials the agent's gRPC port at the node's address, trusting
+// the agents' CA as the reconciler does.
+func agentClient(ctx context.Context, t *testing.T) nodeconfigv1.CheckpointServiceClient {
+	t.Helper()
+	secret, err := node.Cluster.Client.CoreV1().Secrets(namespace).Get(ctx, "nodeconfig-agent-tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(secret.Data["ca.crt"]) {
+		t.Fatal("no CA in the agents' TLS Secret")
+	}
+	creds := credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "nodeconfig-agent." + namespace + ".svc", MinVersion: tls.VersionTLS12})
+	conn, err := grpc.NewClient(net.JoinHostPort(realnode.Gateway, "7601"), grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return nodeconfigv1.NewCheckpointServiceClient(conn)
+}
