@@ -27,6 +27,19 @@ func TestOptionalComponentsBuildAndApply(t *testing.T) {
 			t.Errorf("the overlay has no %s", kind)
 		}
 	}
+	// The reconciler runs on control-plane nodes only, unless the
+	// component for managed clusters lets it onto workers.
+	base, err := kubectl(t, "", "kustomize", filepath.Join(root, "deploy"))
+	if err != nil {
+		t.Fatalf("kubectl kustomize deploy: %v\n%s", err, base)
+	}
+	const controlPlane = "key: node-role.kubernetes.io/control-plane"
+	if strings.Count(base, controlPlane) != 2 {
+		t.Errorf("deploy/ does not hold the reconciler to control-plane nodes (%d mentions, want a toleration and an affinity)", strings.Count(base, controlPlane))
+	}
+	if strings.Contains(built, controlPlane) {
+		t.Error("with reconciler-on-workers the reconciler is still held to control-plane nodes")
+	}
 	if out, err := kubectl(t, "", "apply", "--server-side", "-f", filepath.Join(testdata, "component-crds.yaml")); err != nil {
 		t.Fatalf("fixture CRDs: %v\n%s", err, out)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"nodeconfig.io/test/framework/cluster"
 	"nodeconfig.io/test/framework/proc"
@@ -158,6 +159,12 @@ func Start(ctx context.Context, images ...string) (n *Node, err error) {
 	}
 	if err := n.WaitNodeReady(ctx, 2*time.Minute); err != nil {
 		return nil, err
+	}
+	// The node runs the control plane, and says so as kubeadm's would: the
+	// reconciler runs only on control-plane nodes.
+	patch := []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`)
+	if _, err := n.Cluster.Client.CoreV1().Nodes().Patch(ctx, NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("label the node control-plane: %w", err)
 	}
 	return n, nil
 }
