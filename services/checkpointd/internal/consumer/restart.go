@@ -6,11 +6,11 @@
 // Signal finds the kubelet among the host's processes, where any pod can
 // start one called kubelet. Its cgroup is the proof: only the host's root
 // puts a process in kubelet.service's. Its executable tells it from the
-// helpers it runs there, read from /proc/<pid>/exe where the kernel allows
-// it; it does not to this agent, which has no capabilities, for the
-// kubelet, which has them all, so there the path the kubelet was started by
-// stands in. CAP_SYS_PTRACE would let the agent read the kubelet's
-// executable, and also the memory of every process on the host.
+// helpers it runs there: /proc/<pid>/exe where the kernel shows it, and
+// where it does not (to this agent, which has no capabilities, it hides the
+// kubelet's, which has them all) the path the kubelet was started by.
+// CAP_SYS_PTRACE would show it, and would also let the agent read the
+// memory of every process on the host.
 package consumer
 
 import (
