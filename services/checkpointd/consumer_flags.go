@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"path"
 	"time"
 
 	"nodeconfig.io/services/checkpointd/internal/consumer"
@@ -12,15 +13,16 @@ import (
 // consumerFlags say how this node's consumer of the file (the kubelet) is
 // restarted and probed: the node's own facts, so they are agent flags.
 type consumerFlags struct {
-	restart, pidFile, exe, proc, unit, healthURL, logFile, runtimeEndpoint string
-	healthTimeout, period                                                  time.Duration
-	failures                                                               int
+	restart, pidFile, cgroup, exePath, proc, unit, healthURL, logFile, runtimeEndpoint string
+	healthTimeout, period                                                              time.Duration
+	failures                                                                           int
 }
 
 func (c *consumerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.restart, "consumer-restart", "none", "how the consumer picks up a new file: none (it rereads the file itself; no health gate), signal (SIGTERM to it, its babysitter starts it again) or systemd (restart --consumer-unit over the system bus)")
 	fs.StringVar(&c.pidFile, "consumer-pid-file", "", "signal: the consumer's pid file")
-	fs.StringVar(&c.exe, "consumer-exe", "kubelet", "signal without a pid file: the consumer's executable name, searched in --consumer-proc")
+	fs.StringVar(&c.cgroup, "consumer-cgroup", "", "signal: the consumer's cgroup as /proc/<pid>/cgroup shows it on the host, on any hierarchy (kubeadm's kubelet: /system.slice/kubelet.service); only a process in it is the consumer, which no pod can pose as; needed without --consumer-pid-file")
+	fs.StringVar(&c.exePath, "consumer-exe-path", "", "signal: the consumer's executable as its unit starts it (ExecStart's path; kubeadm's kubelet: /usr/bin/kubelet), which tells it from the helpers it runs in its cgroup; needed without --consumer-pid-file")
 	fs.StringVar(&c.proc, "consumer-proc", "/proc", "signal: the host's /proc (the agent runs with hostPID)")
 	fs.StringVar(&c.unit, "consumer-unit", "kubelet.service", "systemd: the consumer's unit")
 	fs.StringVar(&c.healthURL, "consumer-health-url", "http://127.0.0.1:10248/healthz", "the consumer's health endpoint (2xx = healthy); empty: no probe")
@@ -38,7 +40,10 @@ func (c *consumerFlags) gate(log *slog.Logger) (*consumer.Gate, error) {
 	case "none":
 		return nil, nil
 	case "signal":
-		r = consumer.Signal{PidFile: c.pidFile, Exe: c.exe, Proc: c.proc}
+		if err := c.checkSignal(); err != nil {
+			return nil, err
+		}
+		r = consumer.Signal{PidFile: c.pidFile, Cgroup: c.cgroup, ExePath: c.exePath, Proc: c.proc}
 	case "systemd":
 		r = consumer.Systemd{Unit: c.unit}
 	default:
@@ -58,4 +63,20 @@ func (c *consumerFlags) gate(log *slog.Logger) (*consumer.Gate, error) {
 		Restarter: r, Prober: consumer.Prober{URL: c.healthURL}, Runtime: rt,
 		HealthTimeout: c.healthTimeout, Period: c.period, FailureThreshold: c.failures, LogFile: c.logFile, Log: log,
 	}), nil
+}
+
+// checkSignal refuses a signal restarter that would find the consumer by
+// less than its cgroup and executable: by name alone, any pod could pose
+// as it (be signalled, hold its restart, or fake its crash loop).
+func (c *consumerFlags) checkSignal() error {
+	if c.pidFile == "" && (c.cgroup == "" || c.exePath == "") {
+		return fmt.Errorf("--consumer-restart=signal finds the consumer by --consumer-cgroup and --consumer-exe-path (kubeadm's kubelet: /system.slice/kubelet.service and /usr/bin/kubelet), or names it by --consumer-pid-file: set them")
+	}
+	if c.cgroup != "" && (!path.IsAbs(c.cgroup) || path.Clean(c.cgroup) != c.cgroup || c.cgroup == "/") {
+		return fmt.Errorf("--consumer-cgroup %q: want a clean absolute path below the root cgroup, as /proc/<pid>/cgroup shows it", c.cgroup)
+	}
+	if c.exePath != "" && !path.IsAbs(c.exePath) {
+		return fmt.Errorf("--consumer-exe-path %q: want the executable's absolute path", c.exePath)
+	}
+	return nil
 }

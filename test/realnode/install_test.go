@@ -32,12 +32,16 @@ const (
 // through but the kubelet refuses is rolled back by the agent, the kubelet
 // is healthy on last-known-good and the rollout halts; deleting the
 // NodeConfig brings the kubelet back to its base config. Nobody touches the
-// kubelet but the agent.
+// kubelet but the agent. Throughout, a process posing as the kubelet outside
+// its cgroup is never signalled and never counts as the kubelet (which would
+// hold its restarts or fake a crash loop).
 func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	client := node.Cluster.Client
 	work := t.TempDir()
+	decoy := startDecoyKubelet(t)
+	defer decoy.checkNeverSignalled(t)
 	if err := node.Install(ctx, work, func(s string) { t.Log(s) }); err != nil {
 		t.Fatalf("README install: %v\n%s", err, diagnose(ctx))
 	}

@@ -117,7 +117,11 @@ func Start(ctx context.Context, images ...string) (n *Node, err error) {
 		return nil, err
 	}
 	n = &Node{Logs: filepath.Join(Root, "logs"), containerd: containerdSocket}
-	if n.host, err = hoststate.Take(hostFacts(bins)); err != nil {
+	facts, err := hostFacts(bins)
+	if err != nil {
+		return nil, err
+	}
+	if n.host, err = hoststate.Take(facts); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -171,13 +175,14 @@ func Start(ctx context.Context, images ...string) (n *Node, err error) {
 
 var containerdSocket = filepath.Join(Root, "containerd", "containerd.sock")
 
-// hostFacts says which host state is the node's: its root, bridge, socket
-// and binaries.
-func hostFacts(bins map[string]string) hoststate.Before {
+// hostFacts says which host state is the node's: its root, bridge, socket,
+// binaries and the kubelet's cgroup.
+func hostFacts(bins map[string]string) (hoststate.Before, error) {
+	_, cgroup, err := kubeletCgroupDir()
 	return hoststate.Before{
-		Root: Root, Bridge: Bridge, Address: containerdSocket,
-		Binaries: []string{bins["kubelet"], bins["kube-controller-manager"], bins["kube-scheduler"], bins["kube-apiserver"], bins["etcd"], bins["containerd"]},
-	}
+		Root: Root, Bridge: Bridge, Address: containerdSocket, KubeletCgroup: cgroup,
+		Binaries: []string{KubeletBinary, bins["kubelet"], bins["kube-controller-manager"], bins["kube-scheduler"], bins["kube-apiserver"], bins["etcd"], bins["containerd"]},
+	}, err
 }
 
 // ObserveHost records the host as it is once an earlier, killed run has been
@@ -192,7 +197,11 @@ func ObserveHost() (*hoststate.Before, error) {
 	if err := hoststate.UndoLeftovers(Root); err != nil {
 		return nil, fmt.Errorf("undo an earlier run's changes: %w", err)
 	}
-	return hoststate.Observe(hostFacts(bins)), nil
+	facts, err := hostFacts(bins)
+	if err != nil {
+		return nil, err
+	}
+	return hoststate.Observe(facts), nil
 }
 
 func pauseTarball() string {
@@ -342,9 +351,16 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%%, imagefs.available:
 		"--hostname-override", NodeName, "--node-ip", Gateway,
 		"--v", "1",
 	}
-	var err error
+	cgroup, _, err := kubeletCgroupDir()
+	if err != nil {
+		return err
+	}
+	if err := installKubelet(bin, cgroup); err != nil {
+		return err
+	}
 	n.superviseKubelet = func() (*Supervisor, error) {
-		return Supervise("kubelet", bin, args, filepath.Join(n.Logs, "kubelet.log"), KubeletPidFile, KubeletUnitDir, filepath.Join(n.Logs, "exec-start-pre.log"))
+		p := &proc.Process{Name: "kubelet", Path: KubeletBinary, Args: args, LogPath: filepath.Join(n.Logs, "kubelet.log"), Cgroup: cgroup}
+		return Supervise(p, KubeletPidFile, KubeletUnitDir, filepath.Join(n.Logs, "exec-start-pre.log"))
 	}
 	n.Kubelet, err = n.superviseKubelet()
 	return err

@@ -125,15 +125,15 @@ func (s *Supervisor) Release() {
 // one would hide from the agent's gate the outages it must survive.
 const RestartDelay = 10 * time.Second
 
-// Supervise starts p's binary and keeps it running until Stop. Before each
-// start it runs the ExecStartPre= lines of the *.conf drop-ins in unitDir
-// (empty: none), as systemd does for a unit: their output goes to
-// preStartLog, and with the '-' prefix their failure never holds the start.
-func Supervise(name, path string, args []string, logPath, pidFile, unitDir, preStartLog string) (*Supervisor, error) {
+// Supervise starts p, a process not yet started, and keeps it running
+// until Stop. Before each start it runs the ExecStartPre= lines of the
+// *.conf drop-ins in unitDir (empty: none), as systemd does for a unit:
+// their output goes to preStartLog, and with the '-' prefix their failure
+// never holds the start.
+func Supervise(p *proc.Process, pidFile, unitDir, preStartLog string) (*Supervisor, error) {
 	s := &Supervisor{PidFile: pidFile, starts: 1, done: make(chan struct{}), stop: make(chan struct{}), unitDir: unitDir, preStartLog: preStartLog}
 	s.runPreStart()
-	p, err := proc.Start(name, path, args, logPath)
-	if err != nil {
+	if err := p.Restart(); err != nil {
 		return nil, err
 	}
 	s.Process = p

@@ -25,6 +25,9 @@ type Process struct {
 	Args    []string
 	Env     []string
 	LogPath string
+	// Cgroup, when set, is a cgroup2 directory the process starts in, as
+	// systemd starts a unit's process in the unit's cgroup.
+	Cgroup string
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -59,6 +62,15 @@ func (p *Process) Restart() error {
 	cmd.Env = append(os.Environ(), p.Env...)
 	// Children die with the test binary even if it is killed itself.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if p.Cgroup != "" {
+		cg, err := os.Open(p.Cgroup)
+		if err != nil {
+			logf.Close()
+			return fmt.Errorf("start %s in its cgroup: %w", p.Name, err)
+		}
+		defer cg.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start %s (%s): %w", p.Name, p.Path, err)

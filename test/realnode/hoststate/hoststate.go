@@ -47,6 +47,10 @@ type Before struct {
 	Address string
 	// Binaries are the node's own programs: a process running one of them is ours.
 	Binaries []string
+	// KubeletCgroup is the cgroup directory the node creates for its
+	// kubelet (its parent, when the kubelet's is nested): every process in
+	// it is the node's, and it is removed with everything below it.
+	KubeletCgroup string
 
 	Sysctls    map[string]string
 	Existing   map[string]bool             // FixedPaths that existed
@@ -146,6 +150,9 @@ func (b *Before) Undo() error {
 			errs = append(errs, removeCgroupTree(filepath.Join(h, "kubepods")))
 		}
 	}
+	if b.KubeletCgroup != "" {
+		errs = append(errs, removeCgroupTree(b.KubeletCgroup))
+	}
 	for save, tables := range b.IPTables {
 		errs = append(errs, undoIPTables(save, tables))
 	}
@@ -190,6 +197,9 @@ func (b *Before) Leftovers() []string {
 			left = append(left, "cgroup "+filepath.Join(h, "kubepods")+" left")
 		}
 	}
+	if _, err := os.Stat(b.KubeletCgroup); b.KubeletCgroup != "" && err == nil {
+		left = append(left, "cgroup "+b.KubeletCgroup+" left")
+	}
 	for save, tables := range b.IPTables {
 		if now, ok := saveTables(save); ok {
 			for _, a := range iptablesDiff(tables, now) {
@@ -217,7 +227,8 @@ type ownProcess struct {
 }
 
 // processes finds the node's processes: its binaries, containerd's shims for
-// its socket, and everything inside the kubepods cgroups (the containers).
+// its socket, and everything inside the kubepods cgroups (the containers)
+// and the kubelet's.
 func (b *Before) processes() []ownProcess {
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
@@ -227,24 +238,14 @@ func (b *Before) processes() []ownProcess {
 	if err != nil {
 		return nil
 	}
-	inPods := map[int]bool{}
+	inCgroups := map[int]bool{}
 	for h, existed := range b.Cgroups {
-		if existed {
-			continue
+		if !existed {
+			addCgroupTreePids(inCgroups, filepath.Join(h, "kubepods"))
 		}
-		_ = filepath.Walk(filepath.Join(h, "kubepods"), func(path string, info os.FileInfo, err error) error {
-			if err != nil || info.IsDir() || info.Name() != "cgroup.procs" {
-				return nil
-			}
-			buf, _ := os.ReadFile(path)
-			for _, f := range strings.Fields(string(buf)) {
-				var pid int
-				if _, err := fmt.Sscan(f, &pid); err == nil {
-					inPods[pid] = true
-				}
-			}
-			return nil
-		})
+	}
+	if b.KubeletCgroup != "" {
+		addCgroupTreePids(inCgroups, b.KubeletCgroup)
 	}
 	var own []ownProcess
 	for _, p := range all {
@@ -256,13 +257,30 @@ func (b *Before) processes() []ownProcess {
 		cmdline := strings.Join(args, " ")
 		// Other clusters on this machine run the same binaries: only those
 		// whose arguments name the node's root are its own.
-		mine := inPods[p.PID] || (slices.Contains(b.Binaries, exe) && strings.Contains(cmdline, b.Root)) ||
+		mine := inCgroups[p.PID] || (slices.Contains(b.Binaries, exe) && strings.Contains(cmdline, b.Root)) ||
 			(strings.HasPrefix(filepath.Base(exe), "containerd-shim") && strings.Contains(cmdline, b.Address))
 		if mine {
 			own = append(own, ownProcess{PID: p.PID, exe: exe})
 		}
 	}
 	return own
+}
+
+// addCgroupTreePids adds to pids the processes in the cgroup dir and below.
+func addCgroupTreePids(pids map[int]bool, dir string) {
+	_ = filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() || info.Name() != "cgroup.procs" {
+			return nil
+		}
+		buf, _ := os.ReadFile(path)
+		for _, f := range strings.Fields(string(buf)) {
+			var pid int
+			if _, err := fmt.Sscan(f, &pid); err == nil {
+				pids[pid] = true
+			}
+		}
+		return nil
+	})
 }
 
 // killProcesses SIGKILLs the node's processes until none is left: killing

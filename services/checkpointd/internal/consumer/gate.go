@@ -304,22 +304,23 @@ func (g *Gate) restart(ctx context.Context) error {
 		return err
 	}
 	named, ok := g.Restarter.(NamedProcess)
-	if !ok || named.ExeName() == "" {
+	if !ok || named.Identity() == "" {
 		return nil
 	}
 	if id, known := g.instance(); known && id == "" {
 		if healthy, _ := g.Prober.Probe(ctx); healthy {
-			return fmt.Errorf("no process named %s runs, yet %s answers healthy: the consumer is not what the agent restarts (a kubelet inside another binary, as in k3s or RKE2), so it cannot have read the file; set --consumer-exe or --consumer-pid-file to the process that reads it", named.ExeName(), g.Prober.URL)
+			return fmt.Errorf("no process runs %s, yet %s answers healthy: the consumer is not what the agent restarts (a kubelet in another cgroup, or inside another binary, as in k3s or RKE2), so it cannot have read the file; set --consumer-cgroup and --consumer-exe-path, or --consumer-pid-file, to the process that reads it", named.Identity(), g.Prober.URL)
 		}
 	}
 	return nil
 }
 
-// NamedProcess is a restarter that finds the consumer by its executable's
-// name: one that finds none while the health check answers restarted
-// nothing.
+// NamedProcess is a restarter that finds the consumer by what it runs (not
+// a pid file): one that finds none while the health check answers
+// restarted nothing.
 type NamedProcess interface {
-	ExeName() string
+	// Identity says what it looks for, "" where a pid file names it.
+	Identity() string
 }
 
 // StartTimes is a restarter that can tell when the consumer's running

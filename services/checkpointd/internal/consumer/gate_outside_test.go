@@ -162,8 +162,8 @@ func TestGateBlamesACrashLoopAfterAnOutsideRestart(t *testing.T) {
 }
 
 func TestGateCountsFailedProbesWhenItNeverNamedTheProcess(t *testing.T) {
-	// Healthy, yet the restarter finds no process (an --consumer-exe that
-	// names nothing): it cannot tell a restart, so every failed probe counts.
+	// Healthy, yet the restarter finds no process (a --consumer-cgroup that
+	// names none): it cannot tell a restart, so every failed probe counts.
 	node := soakingNode()
 	g, _, healthy := newTestGate(t, node)
 	g.Restarter = &kubeletProcess{}

@@ -2,21 +2,25 @@
 // kubelet) pick up a new file and tells whether it runs healthy on it: a
 // Restarter restarts it, a Prober asks its health endpoint, and a Gate drives
 // both after every change of the file and through the soak.
+//
+// Signal finds the kubelet among the host's processes, where any pod can
+// start one called kubelet. Its cgroup is the proof: only the host's root
+// puts a process in kubelet.service's. Its executable tells it from the
+// helpers it runs there: /proc/<pid>/exe where the kernel shows it, and
+// where it does not (to this agent, which has no capabilities, it hides the
+// kubelet's, which has them all) the path the kubelet was started by.
+// CAP_SYS_PTRACE would show it, and would also let the agent read the
+// memory of every process on the host.
 package consumer
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/dbus"
-	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // Restarter makes the consumer reread its config.
@@ -31,14 +35,24 @@ type None struct{}
 func (None) Restart(context.Context) error { return nil }
 func (None) String() string                { return "none" }
 
-// Signal sends SIGTERM to the consumer, found by its pid file or, without
-// one, by its executable's name, and waits until that process is gone; its
-// babysitter (systemd's Restart=always, as kubeadm installs the kubelet)
+// Signal sends SIGTERM to the consumer and waits until that process is gone;
+// its babysitter (systemd's Restart=always, as kubeadm installs the kubelet)
 // starts it again. This is how Dynamic Kubelet Config's kubelet restarted.
+//
+// The consumer is the process in Cgroup that runs ExePath, or the one its
+// pid file names (and, where set, in Cgroup running ExePath); its name
+// proves nothing. It is signalled through a pidfd, opened before its
+// identity is read again, so a process that took its pid in between is
+// never signalled.
 type Signal struct {
 	PidFile string
-	Exe     string
-	// Proc is the /proc to search for Exe (the host's, with hostPID).
+	// Cgroup is the consumer's cgroup as /proc/<pid>/cgroup shows it on the
+	// host, on any hierarchy (kubeadm's kubelet: /system.slice/kubelet.service).
+	Cgroup string
+	// ExePath is the consumer's executable, as its unit starts it
+	// (kubeadm's kubelet: /usr/bin/kubelet).
+	ExePath string
+	// Proc is the /proc to search (the host's, with hostPID).
 	Proc string
 	// Timeout bounds the wait for the old process to exit.
 	Timeout time.Duration
@@ -48,65 +62,81 @@ func (s Signal) String() string {
 	if s.PidFile != "" {
 		return "signal (pid file " + s.PidFile + ")"
 	}
-	return "signal (executable " + s.Exe + ")"
+	return "signal (" + s.Identity() + ")"
 }
 
-// ExeName is the executable the consumer is found by, "" where a pid file
-// names it.
-func (s Signal) ExeName() string {
+// Identity is what the consumer is found by, "" where a pid file names it.
+func (s Signal) Identity() string {
 	if s.PidFile != "" {
 		return ""
 	}
-	return s.Exe
+	return s.ExePath + " in cgroup " + s.Cgroup
 }
 
 // Restart signals the running consumer. A consumer that is not running (it
 // crashed, or its babysitter is between two starts) needs no signal: it
 // reads the file when it starts.
 func (s Signal) Restart(ctx context.Context) error {
-	pid, err := s.find()
+	p, ok, err := s.find()
+	if err != nil || !ok {
+		return err
+	}
+	testHookFound(p.PID)
+	fd, err := unix.PidfdOpen(p.PID, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("pidfd_open of the consumer (pid %d): %w", p.PID, err)
+	}
+	defer unix.Close(fd)
+	// The consumer may have exited since it was found and its pid gone to
+	// another process: fd is the consumer only if the pid still names the
+	// same process. Should that one exit before the signal, the signal
+	// fails rather than reaching a successor.
+	h, err := s.host()
 	if err != nil {
 		return err
 	}
-	if pid == 0 {
+	if now, ok := s.identify(h, p.PID); !ok || now.Starttime != p.Starttime {
 		return nil
 	}
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		if errors.Is(err, syscall.ESRCH) {
+	if err := unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0); err != nil {
+		if errors.Is(err, unix.ESRCH) {
 			return nil
 		}
-		return fmt.Errorf("SIGTERM to the consumer (pid %d): %w", pid, err)
+		return fmt.Errorf("SIGTERM to the consumer (pid %d): %w", p.PID, err)
 	}
 	timeout := s.Timeout
 	if timeout == 0 {
 		timeout = time.Minute
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			return nil
-		}
-		// A zombie whose parent has not reaped it yet has exited too.
-		if st, err := os.ReadFile(filepath.Join(s.proc(), strconv.Itoa(pid), "stat")); err == nil && zombie(string(st)) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("the consumer (pid %d) did not exit within %s of SIGTERM", pid, timeout)
-		case <-tick.C:
-		}
-	}
+	return awaitExit(ctx, fd, p.PID, timeout)
 }
 
-func zombie(stat string) bool {
-	// "pid (comm) S ...": the state follows the last ')'.
-	i := strings.LastIndexByte(stat, ')')
-	return i >= 0 && len(stat) > i+2 && stat[i+2] == 'Z'
+// testHookFound runs between finding the consumer and opening its pidfd:
+// where a test gives the consumer's pid to another process.
+var testHookFound = func(pid int) {}
+
+// awaitExit waits until the process behind pidfd fd has exited: the pidfd
+// turns readable then, zombie or not.
+func awaitExit(ctx context.Context, fd, pid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 50)
+		if n > 0 {
+			return nil
+		}
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("wait for the consumer (pid %d) to exit: %w", pid, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the consumer (pid %d) did not exit within %s of SIGTERM", pid, timeout)
+		}
+	}
 }
 
 func (s Signal) proc() string {
@@ -119,90 +149,25 @@ func (s Signal) proc() string {
 // Instance names the consumer's running process by its pid and start time
 // ("" when none runs), so a crash loop shows as new instances.
 func (s Signal) Instance() (string, error) {
-	pid, st, err := s.stat()
-	if err != nil || st == nil {
+	p, ok, err := s.find()
+	if err != nil || !ok {
 		return "", err
 	}
-	return fmt.Sprintf("%d@%d", pid, st.Starttime), nil
+	return p.String(), nil
 }
 
 // StartTime is when the consumer's running process started (zero when none
 // runs), from its start in clock ticks after the host's boot.
 func (s Signal) StartTime() (time.Time, error) {
-	_, st, err := s.stat()
-	if err != nil || st == nil {
+	p, ok, err := s.find()
+	if err != nil || !ok {
 		return time.Time{}, err
 	}
-	secs, err := st.StartTime()
+	secs, err := p.StartTime()
 	if err != nil {
 		return time.Time{}, err
 	}
 	return time.Unix(0, int64(secs*float64(time.Second))), nil
-}
-
-// stat reads the running consumer's /proc stat; nil when none runs (or it
-// exited while being read).
-func (s Signal) stat() (int, *procfs.ProcStat, error) {
-	pid, err := s.find()
-	if err != nil || pid == 0 {
-		return 0, nil, err
-	}
-	fs, err := procfs.NewFS(s.proc())
-	if err != nil {
-		return 0, nil, err
-	}
-	p, err := fs.Proc(pid)
-	if err != nil {
-		return 0, nil, nil
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0, nil, nil
-	}
-	return pid, &st, nil
-}
-
-// find returns the consumer's pid, 0 when it is not running.
-func (s Signal) find() (int, error) {
-	if s.PidFile != "" {
-		buf, err := os.ReadFile(s.PidFile)
-		if errors.Is(err, os.ErrNotExist) {
-			return 0, nil
-		}
-		if err != nil {
-			return 0, fmt.Errorf("consumer pid file: %w", err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(buf)))
-		if err != nil || pid <= 0 {
-			return 0, fmt.Errorf("consumer pid file %s holds %q, not a pid", s.PidFile, strings.TrimSpace(string(buf)))
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			return 0, nil
-		}
-		return pid, nil
-	}
-	fs, err := procfs.NewFS(s.proc())
-	if err != nil {
-		return 0, err
-	}
-	procs, err := fs.AllProcs()
-	if err != nil {
-		return 0, err
-	}
-	found := 0
-	for _, p := range procs {
-		args, err := p.CmdLine()
-		if err != nil || len(args) == 0 {
-			continue
-		}
-		if filepath.Base(args[0]) == s.Exe || args[0] == s.Exe {
-			if found != 0 {
-				return 0, fmt.Errorf("more than one process runs %s (pids %d and %d): name it with a pid file", s.Exe, found, p.PID)
-			}
-			found = p.PID
-		}
-	}
-	return found, nil
 }
 
 // Systemd restarts a unit through the host's system bus, as an operator's

@@ -163,14 +163,16 @@ func TestARestartHasADeadline(t *testing.T) {
 	}
 }
 
-// namedKubelet is a kubelet found by its executable's name.
+// namedKubelet is a kubelet found by its cgroup and executable.
 type namedKubelet struct{ kubeletProcess }
 
-func (*namedKubelet) ExeName() string { return "kubelet" }
+func (*namedKubelet) Identity() string {
+	return "/usr/bin/kubelet in cgroup /system.slice/kubelet.service"
+}
 
-// A health endpoint that answers while no process of the consumer's name
-// runs (a k3s or RKE2 kubelet inside another binary) is no proof that the
-// consumer read the file: nothing is promoted, and the node says what to set.
+// A health endpoint that answers while no process of the consumer runs (a
+// k3s or RKE2 kubelet inside another binary) is no proof that the consumer
+// read the file: nothing is promoted, and the node says what to set.
 func TestAnUnknownConsumerIsNeverPromoted(t *testing.T) {
 	r := newRealNode(t)
 	r.activate(t, "2", 600*time.Second)
@@ -183,7 +185,7 @@ func TestAnUnknownConsumerIsNeverPromoted(t *testing.T) {
 	if c.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY || !records.SoakStart(r.records(t)).IsZero() {
 		t.Fatalf("consumer %v: judged healthy though no process of it runs", c)
 	}
-	if !strings.Contains(c.GetMessage(), "--consumer-exe") {
+	if !strings.Contains(c.GetMessage(), "--consumer-cgroup") {
 		t.Fatalf("consumer message %q; want it to say what to set", c.GetMessage())
 	}
 }
