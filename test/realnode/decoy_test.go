@@ -1,13 +1,13 @@
 package realnode_test
 
 import (
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 
+	"nodeconfig.io/services/servekit/atomicfile"
 	"nodeconfig.io/test/realnode"
 )
 
@@ -33,14 +33,7 @@ func startDecoyKubelet(t *testing.T) *decoyKubelet {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	dst, err := os.OpenFile(exe, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
+	if err := atomicfile.WriteFrom(exe, src, 0o755, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := &exec.Cmd{Path: exe, Args: []string{realnode.KubeletBinary, "infinity"}}

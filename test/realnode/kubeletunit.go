@@ -2,11 +2,12 @@ package realnode
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/moby/sys/mountinfo"
+
+	"nodeconfig.io/services/servekit/atomicfile"
 )
 
 // The kubelet runs as systemd runs kubeadm's: in a cgroup of its own (the
@@ -46,21 +47,10 @@ func installKubelet(built, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("the kubelet's cgroup: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(KubeletBinary), 0o755); err != nil {
-		return err
-	}
 	src, err := os.Open(built)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
-	dst, err := os.OpenFile(KubeletBinary, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		return err
-	}
-	return dst.Close()
+	return atomicfile.WriteFrom(KubeletBinary, src, 0o755, 0o755)
 }

@@ -3,7 +3,6 @@ package consumer
 import (
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"nodeconfig.io/services/servekit/atomicfile"
 )
 
 // testCgroup creates a cgroup for a stand-in kubelet, as systemd creates
@@ -102,18 +103,8 @@ func standIn(t *testing.T, dir, from, name string) string {
 		t.Fatal(err)
 	}
 	defer src.Close()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	to := filepath.Join(dir, name)
-	dst, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
+	if err := atomicfile.WriteFrom(to, src, 0o755, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return to
