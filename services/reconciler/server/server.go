@@ -124,13 +124,13 @@ func New(o Options) (*Reconciler, error) {
 	if err != nil {
 		return nil, err
 	}
-	dial, err := agents.Credentials(o.Agents.CAFile, o.Agents.ServerName, o.Agents.TokenAudience != "")
+	transport, err := agents.Credentials(o.Agents.CAFile, o.Agents.ServerName, o.Agents.TokenAudience != "")
 	if err != nil {
 		return nil, err
 	}
 	r := &Reconciler{o: o, pool: agents.Options{
 		Static: o.Agents.Addresses, SocketTemplate: o.Agents.SocketTemplate, Port: o.Agents.Port,
-		DialOptions: dial, MaxConnections: o.Agents.MaxConnections, Tokens: tokens,
+		Transport: transport, MaxConnections: o.Agents.MaxConnections, Tokens: tokens,
 	}}
 	if o.LeaderElection != nil {
 		if r.election, err = r.electionConfig(*o.LeaderElection); err != nil {
