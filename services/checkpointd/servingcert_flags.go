@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os/signal"
 	"syscall"
 
@@ -20,6 +21,7 @@ import (
 type servingCertFlags struct {
 	dir  string
 	node string
+	ip   string
 	// fs is the parsed flag set: the certificate's file becomes
 	// --tls-cert-file and --tls-key-file there.
 	fs *flag.FlagSet
@@ -29,6 +31,19 @@ func (f *servingCertFlags) register(fs *flag.FlagSet) {
 	f.fs = fs
 	fs.StringVar(&f.dir, "serving-cert-dir", "", "request this node's own serving certificate from the cluster (a CertificateSigningRequest the reconciler signs, naming --node-name alone), keep it with its key in this directory (memory-backed in the DaemonSet) and renew it before it expires; it is then --tls-cert-file and --tls-key-file, and nothing is served until it is issued (empty: --tls-cert-file and --tls-key-file, an operator's own)")
 	fs.StringVar(&f.node, "node-name", "", "this node's name, which the certificate of --serving-cert-dir carries")
+	fs.StringVar(&f.ip, "serving-cert-ip", "", "this agent's Pod's address, which the certificate of --serving-cert-dir carries too, for metrics scrapers that dial it by address (the reconciler signs it only if it is the Pod's; empty: the name alone)")
+}
+
+// ips is --serving-cert-ip as the certificate's addresses.
+func (f *servingCertFlags) ips() ([]net.IP, error) {
+	if f.ip == "" {
+		return nil, nil
+	}
+	ip := net.ParseIP(f.ip)
+	if ip == nil {
+		return nil, fmt.Errorf("--serving-cert-ip %q is not an IP address", f.ip)
+	}
+	return []net.IP{ip}, nil
 }
 
 // enabled reports whether the node requests its own certificate.
@@ -61,7 +76,11 @@ func (f *servingCertFlags) start(restCfg *rest.Config, reg prometheus.Registerer
 	if err != nil {
 		return nil, err
 	}
-	return servingcert.Start(servingcert.Options{Kube: kube, Node: f.node, Dir: f.dir, Registerer: reg, Log: log})
+	ips, err := f.ips()
+	if err != nil {
+		return nil, err
+	}
+	return servingcert.Start(servingcert.Options{Kube: kube, Node: f.node, IPs: ips, Dir: f.dir, Registerer: reg, Log: log})
 }
 
 // awaitCertificate holds the start until the certificate is issued, or

@@ -6,8 +6,10 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
 	"crypto/x509/pkix"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -109,6 +111,12 @@ func (e *env) agentKubeconfig(node string) string {
 	e.t.Cleanup(func() {
 		_ = pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
+	// Its address, as its node's kubelet would report it (the host's, on
+	// the host network).
+	pod.Status.PodIP, pod.Status.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}}
+	if pod, err = pods.UpdateStatus(e.ctx, pod, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
 	tr, err := e.c.Client.CoreV1().ServiceAccounts("nodeconfig-system").CreateToken(e.ctx, agentSA, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600),
 			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}},
@@ -137,23 +145,25 @@ func (e *env) agentCSRs(node string) []certificatesv1.CertificateSigningRequest 
 	})
 }
 
-// peerNames are the DNS names of the certificate served at addr.
-func peerNames(t *testing.T, addr string) []string {
+// peerNames are the DNS names of the certificate served at addr, which
+// verifies for addr's IP address against roots (as a metrics scraper
+// dials the agent).
+func peerNames(t *testing.T, addr string, roots *x509.CertPool) []string {
 	t.Helper()
-	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}) //nolint:gosec // only reads the names
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: roots, NextProtos: []string{"h2"}})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("TLS to %s by its address: %v", addr, err)
 	}
 	defer conn.Close()
 	return conn.ConnectionState().PeerCertificates[0].DNSNames
 }
 
-// The agents get certificates naming their nodes from the reconciler,
-// through real CertificateSigningRequests made with their Pod-bound
-// tokens, and a rollout over TLS with per-node tokens goes through. Node
-// A's agent answering at node C's address (as ARP spoofing would have it)
-// fails the reconciler's handshake, and no token for C is ever minted;
-// A's agent asking for B's name is denied.
+// The agents get certificates naming their nodes (and their Pods'
+// addresses) from the reconciler, through real CertificateSigningRequests
+// made with their Pod-bound tokens, and a rollout over TLS with per-node
+// tokens goes through. Node A's agent answering at node C's address (as
+// ARP spoofing would have it) fails the reconciler's handshake, and no
+// token for C is ever minted; A's agent asking for B's name is denied.
 func TestAgentsServeTheirOwnNodesCertificate(t *testing.T) {
 	e := newNodes(t, 0, nil)
 	e.grantAgentAccount()
@@ -201,12 +211,18 @@ func TestAgentsServeTheirOwnNodesCertificate(t *testing.T) {
 		e.nodes = append(e.nodes, testenv.StartNode(t, e.c, e.root, n, sim.NodeOptions{
 			Labels: labels[n], CheckpointdAddr: addr[n],
 			CheckpointdArgs: []string{"--kubeconfig", e.agentKubeconfig(n), "--auth=token", "--auth-audience", agentAudience,
-				"--serving-cert-dir", filepath.Join(e.root, "nodes", n, "tls"), "--node-name", "{node}"},
+				"--serving-cert-dir", filepath.Join(e.root, "nodes", n, "tls"), "--node-name", "{node}", "--serving-cert-ip", "127.0.0.1"},
 		}))
 	}
 	t.Logf("both agents served with their own certificates %v after the reconciler started", time.Since(start).Round(time.Millisecond))
+	caPEM, err := os.ReadFile(ca.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
 	for _, n := range []string{a, b} {
-		if got := peerNames(t, addr[n]); !slices.Equal(got, []string{agentServingName(n)}) {
+		if got := peerNames(t, addr[n], roots); !slices.Equal(got, []string{agentServingName(n)}) {
 			t.Fatalf("%s's agent serves a certificate for %v, want %s alone", n, got, agentServingName(n))
 		}
 		reqs := e.agentCSRs(n)

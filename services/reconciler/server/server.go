@@ -197,7 +197,7 @@ func agentSigner(kube kubernetes.Interface, a Agents, log *slog.Logger) (*agentc
 	if ca.CertFile == "" {
 		ca.CertFile = a.CAFile
 	}
-	s, err := agentcerts.New(agentcerts.Options{Kube: kube, AgentUser: "system:serviceaccount:" + ns + ":" + name, CA: ca, Lifetime: a.CertificateLifetime, Log: log})
+	s, err := agentcerts.New(agentcerts.Options{Kube: kube, AgentNamespace: ns, AgentName: name, CA: ca, Lifetime: a.CertificateLifetime, Log: log})
 	if err != nil {
 		return nil, fmt.Errorf("--agent-signer-cert-file, --agent-signer-key-file, --agent-certificate-lifetime: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -46,6 +47,9 @@ type Options struct {
 	// the reconciler signs only for that node.
 	Kube kubernetes.Interface
 	Node string
+	// IPs are the agent's own addresses (its Pod's), for scrapers that
+	// dial its metrics port by address; the reconciler checks the name.
+	IPs []net.IP
 	// Dir keeps the pair (a memory-backed volume: the key is never on
 	// disk).
 	Dir        string
@@ -81,7 +85,7 @@ func Start(o Options) (*Manager, error) {
 	name := Name(o.Node)
 	m, err := certificate.NewManager(&certificate.Config{
 		ClientsetFn: func(*tls.Certificate) (kubernetes.Interface, error) { return o.Kube, nil },
-		Template:    &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}},
+		Template:    &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}, DNSNames: []string{name}, IPAddresses: o.IPs},
 		SignerName:  v1alpha1.AgentServingSigner,
 		// The signer decides the life (the reconciler's
 		// --agent-certificate-lifetime).

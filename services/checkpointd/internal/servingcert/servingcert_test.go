@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"log/slog"
 	"math/big"
+	"net"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -55,7 +56,7 @@ func issuingAPI(t *testing.T) (*fake.Clientset, *x509.Certificate, *atomic.Int64
 			return true, nil, err
 		}
 		der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-			SerialNumber: big.NewInt(n), Subject: pkix.Name{CommonName: req.Subject.CommonName}, DNSNames: req.DNSNames,
+			SerialNumber: big.NewInt(n), Subject: pkix.Name{CommonName: req.Subject.CommonName}, DNSNames: req.DNSNames, IPAddresses: req.IPAddresses,
 			NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour),
 			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		}, ca, req.PublicKey, crypto.Signer(caKey))
@@ -82,7 +83,8 @@ func TestNodeRequestsAndKeepsItsOwnCertificate(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := Start(Options{Kube: client, Node: "node-a", Dir: dir, Log: slog.New(slog.DiscardHandler)})
+	ips := []net.IP{net.ParseIP("10.0.0.1")}
+	m, err := Start(Options{Kube: client, Node: "node-a", IPs: ips, Dir: dir, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,8 +98,9 @@ func TestNodeRequestsAndKeepsItsOwnCertificate(t *testing.T) {
 	}
 	block, _ := pem.Decode(csr.Spec.Request)
 	req, _ := x509.ParseCertificateRequest(block.Bytes)
-	if req.Subject.CommonName != "node-a.agent.nodeconfig.io" || !slices.Equal(req.DNSNames, []string{"node-a.agent.nodeconfig.io"}) || len(req.IPAddresses) != 0 {
-		t.Fatalf("asked for CN %q DNS %v IP %v, want node-a's name alone", req.Subject.CommonName, req.DNSNames, req.IPAddresses)
+	if req.Subject.CommonName != "node-a.agent.nodeconfig.io" || !slices.Equal(req.DNSNames, []string{"node-a.agent.nodeconfig.io"}) ||
+		len(req.IPAddresses) != 1 || !req.IPAddresses[0].Equal(ips[0]) {
+		t.Fatalf("asked for CN %q DNS %v IP %v, want node-a's name and its address", req.Subject.CommonName, req.DNSNames, req.IPAddresses)
 	}
 	if _, ok := req.PublicKey.(*ecdsa.PublicKey); !ok {
 		t.Fatalf("key %T, want ECDSA", req.PublicKey)
@@ -116,7 +119,7 @@ func TestNodeRequestsAndKeepsItsOwnCertificate(t *testing.T) {
 	}
 
 	// A restart (the container's; the volume stays) serves the pair kept.
-	m, err = Start(Options{Kube: client, Node: "node-a", Dir: dir, Log: slog.New(slog.DiscardHandler)})
+	m, err = Start(Options{Kube: client, Node: "node-a", IPs: ips, Dir: dir, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,6 +75,7 @@ func (ca CA) Sign(req *Request, now time.Time, life time.Duration) ([]byte, erro
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: req.Name},
 		DNSNames:     []string{req.Name},
+		IPAddresses:  req.IPs,
 		NotBefore:    now.Add(-backdate), NotAfter: notAfter,
 		KeyUsage:              usage,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},

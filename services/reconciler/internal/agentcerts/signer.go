@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
@@ -30,10 +31,10 @@ const DefaultLifetime = 24 * time.Hour
 // Options configure a Signer.
 type Options struct {
 	Kube kubernetes.Interface
-	// AgentUser is the agents' ServiceAccount as the API server names its
-	// requester: system:serviceaccount:NAMESPACE:NAME.
-	AgentUser string
-	CA        CA
+	// AgentNamespace and AgentName are the agents' ServiceAccount, the only
+	// requester signed for; their Pods are in that namespace.
+	AgentNamespace, AgentName string
+	CA                        CA
 	// Lifetime is the longest life of a certificate (a request may ask for
 	// less); 0 is DefaultLifetime.
 	Lifetime time.Duration
@@ -43,15 +44,18 @@ type Options struct {
 // Signer approves and signs the agents' requests, and denies the others
 // made to its signer, until its Run ends.
 type Signer struct {
-	o       Options
-	now     func() time.Time
-	results *prometheus.CounterVec
+	o Options
+	// agentUser is the agents' ServiceAccount as the API server names a
+	// requester.
+	agentUser string
+	now       func() time.Time
+	results   *prometheus.CounterVec
 }
 
 // New checks the options; the CA is read once here so a bad file stops
 // the start.
 func New(o Options) (*Signer, error) {
-	if o.AgentUser == "" {
+	if o.AgentNamespace == "" || o.AgentName == "" {
 		return nil, errors.New("agent certificates: no agent ServiceAccount to sign for")
 	}
 	if o.Lifetime == 0 {
@@ -70,7 +74,7 @@ func New(o Options) (*Signer, error) {
 	for _, r := range []string{"issued", "denied", "failed"} {
 		results.WithLabelValues(r)
 	}
-	return &Signer{o: o, now: time.Now, results: results}, nil
+	return &Signer{o: o, agentUser: "system:serviceaccount:" + o.AgentNamespace + ":" + o.AgentName, now: time.Now, results: results}, nil
 }
 
 // Register adds the request counts to reg.
@@ -157,7 +161,20 @@ func (s *Signer) Answer(ctx context.Context, csr *certificatesv1.CertificateSign
 	csrs := s.o.Kube.CertificatesV1().CertificateSigningRequests()
 	approved := hasCondition(csr, certificatesv1.CertificateApproved)
 	csr = csr.DeepCopy()
-	req, refusal := Check(csr, s.o.AgentUser)
+	req, refusal := Check(csr, s.agentUser)
+	if refusal == nil && len(req.IPs) != 0 {
+		pod, err := s.o.Kube.CoreV1().Pods(s.o.AgentNamespace).Get(ctx, req.Pod, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			refusal = &Refusal{ReasonNoNode, fmt.Sprintf("the requester's Pod %s/%s is gone", s.o.AgentNamespace, req.Pod)}
+		case err != nil:
+			return err
+		default:
+			if refusal, err = PodIPs(req, pod); err != nil {
+				return err
+			}
+		}
+	}
 	if refusal != nil {
 		var err error
 		if approved {
@@ -196,7 +213,7 @@ func (s *Signer) Answer(ctx context.Context, csr *certificatesv1.CertificateSign
 		return err
 	}
 	s.results.WithLabelValues("issued").Inc()
-	s.o.Log.Info("issued an agent serving certificate", "csr", csr.Name, "node", req.Node, "name", req.Name, "life", life)
+	s.o.Log.Info("issued an agent serving certificate", "csr", csr.Name, "node", req.Node, "name", req.Name, "ips", req.IPs, "life", life)
 	return nil
 }
 

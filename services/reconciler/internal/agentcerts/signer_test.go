@@ -87,7 +87,7 @@ func request(t *testing.T, name, user, node string, cn string, dns []string, ips
 		},
 	}
 	if node != "" {
-		csr.Spec.Extra = map[string]certificatesv1.ExtraValue{NodeNameExtra: {node}, "authentication.kubernetes.io/pod-name": {"agent-x"}}
+		csr.Spec.Extra = map[string]certificatesv1.ExtraValue{NodeNameExtra: {node}, PodNameExtra: {"agent-x"}, PodUIDExtra: {"uid-x"}}
 	}
 	return csr
 }
@@ -136,9 +136,10 @@ func TestCheckSignsOnlyAnAgentsRequestForItsOwnNode(t *testing.T) {
 		{"the bare node name", func(c *certificatesv1.CertificateSigningRequest) {
 			*c = *request(t, "x", agentUser, "node-a", "node-a", []string{"node-a"}, nil)
 		}, ReasonBadRequest},
-		{"an IP address", func(c *certificatesv1.CertificateSigningRequest) {
+		{"an IP address without its Pod in the credentials", func(c *certificatesv1.CertificateSigningRequest) {
 			*c = *request(t, "x", agentUser, "node-a", ownName("node-a"), []string{ownName("node-a")}, []net.IP{net.ParseIP("10.0.0.2")})
-		}, ReasonBadRequest},
+			delete(c.Spec.Extra, PodUIDExtra)
+		}, ReasonNoNode},
 		{"client auth", func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageClientAuth)
 		}, ReasonBadRequest},
@@ -168,7 +169,7 @@ func newSigner(t *testing.T, csrs ...*certificatesv1.CertificateSigningRequest) 
 		}
 	}
 	client.ClearActions()
-	s, err := New(Options{Kube: client, AgentUser: agentUser, CA: ca, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := New(Options{Kube: client, AgentNamespace: "nodeconfig-system", AgentName: "nodeconfig-agent", CA: ca, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,6 +289,64 @@ func TestSignerRefusesWhatItDoesNotSign(t *testing.T) {
 }
 
 // Run answers requests as they appear, through the informer.
+func agentPodWith(node string, ips ...string) *corev1.Pod {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent-x", Namespace: "nodeconfig-system", UID: "uid-x"}, Spec: corev1.PodSpec{NodeName: node}}
+	for _, ip := range ips {
+		pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return pod
+}
+
+// An address is signed only when it is the requester's Pod's, on the node
+// it asks for (as scrapers dial the agent's metrics port by address); a
+// Pod with no address yet is asked again later, not refused.
+func TestSignerSignsOnlyThePodsOwnAddresses(t *testing.T) {
+	withIP := func(name, ip string) *certificatesv1.CertificateSigningRequest {
+		return request(t, name, agentUser, "node-a", ownName("node-a"), []string{ownName("node-a")}, []net.IP{net.ParseIP(ip)})
+	}
+	for _, tc := range []struct {
+		name   string
+		pod    *corev1.Pod
+		ip     string
+		reason string // "": issued
+	}{
+		{"its own address", agentPodWith("node-a", "10.0.0.1", "fd00::1"), "10.0.0.1", ""},
+		{"its own IPv6 address", agentPodWith("node-a", "10.0.0.1", "fd00::1"), "fd00::1", ""},
+		{"another address", agentPodWith("node-a", "10.0.0.1"), "10.0.0.2", ReasonBadRequest},
+		{"a Pod on another node", agentPodWith("node-b", "10.0.0.1"), "10.0.0.1", ReasonNoNode},
+		{"a Pod gone", nil, "10.0.0.1", ReasonNoNode},
+	} {
+		s, client, _ := newSigner(t, withIP("r", tc.ip))
+		if tc.pod != nil {
+			if _, err := client.CoreV1().Pods("nodeconfig-system").Create(context.Background(), tc.pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		csr := answer(t, s, client, "r")
+		switch {
+		case tc.reason == "" && len(csr.Status.Certificate) == 0:
+			t.Errorf("%s: not issued: %+v", tc.name, csr.Status.Conditions)
+		case tc.reason == "" && tc.ip != "":
+			block, _ := pem.Decode(csr.Status.Certificate)
+			cert, _ := x509.ParseCertificate(block.Bytes)
+			if len(cert.IPAddresses) != 1 || !cert.IPAddresses[0].Equal(net.ParseIP(tc.ip)) {
+				t.Errorf("%s: certificate for %v", tc.name, cert.IPAddresses)
+			}
+		case tc.reason != "" && (len(csr.Status.Certificate) != 0 || len(csr.Status.Conditions) != 1 || csr.Status.Conditions[0].Reason != tc.reason):
+			t.Errorf("%s: %+v, want denied with %s", tc.name, csr.Status.Conditions, tc.reason)
+		}
+	}
+
+	s, client, _ := newSigner(t, withIP("early", "10.0.0.1"))
+	if _, err := client.CoreV1().Pods("nodeconfig-system").Create(context.Background(), agentPodWith("node-a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	csr, _ := client.CertificatesV1().CertificateSigningRequests().Get(context.Background(), "early", metav1.GetOptions{})
+	if err := s.Answer(context.Background(), csr); err == nil || len(writes(client)) != 0 {
+		t.Fatalf("a Pod with no address yet: err %v, writes %v; want an error to retry and no answer", err, writes(client))
+	}
+}
+
 func TestSignerRunIssuesRequestsAsTheyCome(t *testing.T) {
 	s, client, _ := newSigner(t)
 	// The fake API server ignores field selectors: the signer must still
