@@ -158,44 +158,18 @@ func (s *Signer) Answer(ctx context.Context, csr *certificatesv1.CertificateSign
 	if csr.Spec.SignerName != v1alpha1.AgentServingSigner || !pending(csr) {
 		return nil
 	}
-	csrs := s.o.Kube.CertificatesV1().CertificateSigningRequests()
-	approved := hasCondition(csr, certificatesv1.CertificateApproved)
 	csr = csr.DeepCopy()
-	req, refusal := Check(csr, s.agentUser)
-	if refusal == nil && len(req.IPs) != 0 {
-		pod, err := s.o.Kube.CoreV1().Pods(s.o.AgentNamespace).Get(ctx, req.Pod, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			refusal = &Refusal{ReasonNoNode, fmt.Sprintf("the requester's Pod %s/%s is gone", s.o.AgentNamespace, req.Pod)}
-		case err != nil:
-			return err
-		default:
-			if refusal, err = PodIPs(req, pod); err != nil {
-				return err
-			}
-		}
+	req, refusal, err := s.judge(ctx, csr)
+	if err != nil {
+		return err
 	}
 	if refusal != nil {
-		var err error
-		if approved {
-			csr.Status.Conditions = append(csr.Status.Conditions, s.condition(certificatesv1.CertificateFailed, refusal.Reason, refusal.Message))
-			_, err = csrs.UpdateStatus(ctx, csr, metav1.UpdateOptions{})
-		} else {
-			csr.Status.Conditions = append(csr.Status.Conditions, s.condition(certificatesv1.CertificateDenied, refusal.Reason, refusal.Message))
-			_, err = csrs.UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			return err
-		}
-		result := map[bool]string{true: "failed", false: "denied"}[approved]
-		s.results.WithLabelValues(result).Inc()
-		s.o.Log.Warn("refused an agent certificate request", "csr", csr.Name, "requester", csr.Spec.Username, "result", result, "reason", refusal.Reason, "message", refusal.Message)
-		return nil
+		return s.refuse(ctx, csr, refusal)
 	}
-	if !approved {
+	csrs := s.o.Kube.CertificatesV1().CertificateSigningRequests()
+	if !hasCondition(csr, certificatesv1.CertificateApproved) {
 		csr.Status.Conditions = append(csr.Status.Conditions, s.condition(certificatesv1.CertificateApproved, ReasonApproved,
 			fmt.Sprintf("the agent on node %s asked for its own name", req.Node)))
-		var err error
 		if csr, err = csrs.UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
@@ -204,16 +178,53 @@ func (s *Signer) Answer(ctx context.Context, csr *certificatesv1.CertificateSign
 	if e := csr.Spec.ExpirationSeconds; e != nil {
 		life = min(life, time.Duration(*e)*time.Second)
 	}
-	cert, err := s.o.CA.Sign(req, s.now(), life)
-	if err != nil {
+	if csr.Status.Certificate, err = s.o.CA.Sign(req, s.now(), life); err != nil {
 		return err
 	}
-	csr.Status.Certificate = cert
 	if _, err := csrs.UpdateStatus(ctx, csr, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
 	s.results.WithLabelValues("issued").Inc()
 	s.o.Log.Info("issued an agent serving certificate", "csr", csr.Name, "node", req.Node, "name", req.Name, "ips", req.IPs, "life", life)
+	return nil
+}
+
+// judge checks a request (Check), and the addresses it asks for against
+// its Pod (PodIPs); an error is one to retry.
+func (s *Signer) judge(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*Request, *Refusal, error) {
+	req, refusal := Check(csr, s.agentUser)
+	if refusal != nil || len(req.IPs) == 0 {
+		return req, refusal, nil
+	}
+	pod, err := s.o.Kube.CoreV1().Pods(s.o.AgentNamespace).Get(ctx, req.Pod, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, &Refusal{ReasonNoNode, fmt.Sprintf("the requester's Pod %s/%s is gone", s.o.AgentNamespace, req.Pod)}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	refusal, err = PodIPs(req, pod)
+	return req, refusal, err
+}
+
+// refuse denies a request, or marks it failed if someone else approved it.
+func (s *Signer) refuse(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, refusal *Refusal) error {
+	csrs := s.o.Kube.CertificatesV1().CertificateSigningRequests()
+	result := "denied"
+	var err error
+	if hasCondition(csr, certificatesv1.CertificateApproved) {
+		result = "failed"
+		csr.Status.Conditions = append(csr.Status.Conditions, s.condition(certificatesv1.CertificateFailed, refusal.Reason, refusal.Message))
+		_, err = csrs.UpdateStatus(ctx, csr, metav1.UpdateOptions{})
+	} else {
+		csr.Status.Conditions = append(csr.Status.Conditions, s.condition(certificatesv1.CertificateDenied, refusal.Reason, refusal.Message))
+		_, err = csrs.UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	s.results.WithLabelValues(result).Inc()
+	s.o.Log.Warn("refused an agent certificate request", "csr", csr.Name, "requester", csr.Spec.Username, "result", result, "reason", refusal.Reason, "message", refusal.Message)
 	return nil
 }
 
