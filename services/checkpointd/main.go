@@ -42,6 +42,7 @@ type options struct {
 	nodeFilesPeriod                 time.Duration
 	rules                           fieldpolicy.Rules
 	consumer                        consumerFlags
+	servingCert                     servingCertFlags
 }
 
 // Register implements servekit.Service.
@@ -63,6 +64,7 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.guardHostStateDir, "guard-host-state-dir", "", "--state-dir as the host sees it, where the mount puts it elsewhere: the drop-in names host paths (empty: --state-dir)")
 	fs.BoolVar(&o.noFsync, "unsafe-no-fsync", false, "skip fsync of the store and of the config file it writes (tests and benchmarks only: a crash of the machine can lose writes)")
 	o.consumer.register(fs)
+	o.servingCert.register(fs)
 }
 
 // guardDir is where the kubelet's host-side start guard finds the trial:

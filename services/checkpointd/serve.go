@@ -7,8 +7,10 @@ import (
 
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/servingcert"
 	"nodeconfig.io/services/checkpointd/server"
 	"nodeconfig.io/services/servekit"
 )
@@ -16,17 +18,21 @@ import (
 // Run builds checkpointd from its flags and serves it until SIGTERM or
 // SIGINT (servekit.Service).
 func (o *options) Run(p *servekit.Process) error {
-	if p.NeedsCluster() {
-		// Only reviews of its callers: the store never talks to the API server.
-		// Its own budget and deadline: reviews are already capped by the
-		// guard, and a slow API server must not hold calls open.
+	var restCfg *rest.Config
+	if p.NeedsCluster() || o.servingCert.enabled() {
+		// Reviews of its callers and its own certificate: the store never
+		// talks to the API server. Its own budget and deadline: reviews are
+		// already capped by the guard, and a slow API server must not hold
+		// calls open.
 		kube := o.kube
 		kube.QPS, kube.Burst = 10, 20
-		restCfg, err := kube.Config("nodeconfig-checkpointd")
-		if err != nil {
-			return fmt.Errorf("for --auth=token: %w", err)
+		var err error
+		if restCfg, err = kube.Config("nodeconfig-checkpointd"); err != nil {
+			return fmt.Errorf("for --auth=token or --serving-cert-dir: %w", err)
 		}
 		restCfg.Timeout = 10 * time.Second
+	}
+	if p.NeedsCluster() {
 		authn, err := authenticationv1client.NewForConfig(restCfg)
 		if err != nil {
 			return err
@@ -37,9 +43,22 @@ func (o *options) Run(p *servekit.Process) error {
 		}
 		p.UseCluster(authn, authz)
 	}
+	if o.servingCert.enabled() {
+		if err := o.servingCert.useFile(); err != nil {
+			return err
+		}
+	}
 	srv, err := p.NewServer()
 	if err != nil {
 		return err
+	}
+	var certs *servingcert.Manager
+	if o.servingCert.enabled() {
+		// Requested at once, issued while the store recovers.
+		if certs, err = o.servingCert.start(restCfg, srv.Registry, p.Log); err != nil {
+			return err
+		}
+		defer certs.Stop()
 	}
 	gate, err := o.consumer.gate(p.Log)
 	if err != nil {
@@ -62,5 +81,12 @@ func (o *options) Run(p *servekit.Process) error {
 	go ckd.RunGC(ctx, o.gcInterval, o.gcMinAge)
 	go ckd.RunConsumer(ctx)
 	go ckd.RunNodeFilesWatch(ctx, o.nodeFilesPeriod)
+	// The node's config is kept (recovered above, the consumer gated)
+	// whatever the wait; only the ports wait for the node's own
+	// certificate, so the agent never serves with another's, and is not
+	// ready (its probe port is TLS too) until it has it.
+	if certs != nil && !awaitCertificate(certs) {
+		return nil
+	}
 	return srv.Serve(ctx, nodeconfigv1.CheckpointService_ServiceDesc.ServiceName)
 }

@@ -11,7 +11,9 @@ import (
 	// Maintenance windows name IANA time zones; the image has no zoneinfo.
 	_ "time/tzdata"
 
+	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/configcheck/kubeletexec"
+	"nodeconfig.io/services/reconciler/internal/agentcerts"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/controller"
 	"nodeconfig.io/services/reconciler/server"
@@ -48,7 +50,11 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&a.Selector, "agent-selector", "app.kubernetes.io/name=nodeconfig-agent", "label selector of the agent pods")
 	fs.IntVar(&a.Port, "agent-port", 7601, "checkpointd's gRPC port in the agent pods")
 	fs.StringVar(&a.CAFile, "agent-ca-file", "", "CA (PEM) of the agents' serving certificates; set, agent calls use TLS")
-	fs.StringVar(&a.ServerName, "agent-tls-server-name", "nodeconfig-agent.nodeconfig-system.svc", "name the agents' certificate is checked against")
+	fs.StringVar(&a.ServerName, "agent-tls-server-name", "{node}"+v1alpha1.AgentServingNameSuffix, "name each agent's certificate is checked for, {node} being the node's name (the name the agent's own certificate carries); a name without {node} is one certificate shared by every agent, which lets any of them pose as another")
+	fs.StringVar(&a.SignerCertFile, "agent-signer-cert-file", "", "CA certificate (PEM) that signs the agents' serving certificates (default --agent-ca-file)")
+	fs.StringVar(&a.SignerKeyFile, "agent-signer-key-file", "", "key (PEM) of --agent-signer-cert-file; set, the leader approves and signs the agents' CertificateSigningRequests for "+v1alpha1.AgentServingSigner+", each for its own node's name alone, and denies the others")
+	fs.StringVar(&a.ServiceAccount, "agent-service-account", "nodeconfig-system/nodeconfig-agent", "NAMESPACE/NAME of the agents' ServiceAccount, the only requester whose certificates are signed")
+	fs.DurationVar(&a.CertificateLifetime, "agent-certificate-lifetime", agentcerts.DefaultLifetime, "longest life of an agent's serving certificate (an agent renews it at 70-90 % of it)")
 	fs.StringVar(&a.TokenAudience, "agent-token-audience", "", "audience of the token sent to each agent, with {node} in it (e.g. nodeconfig-agent/{node}): each node's token is refused by every other node; empty sends none")
 	fs.StringVar(&a.TokenServiceAccount, "agent-token-service-account", "", "NAMESPACE/NAME of the ServiceAccount whose tokens the reconciler requests for the agents (its own)")
 	fs.StringVar(&a.TokenBoundPod, "agent-token-bound-pod", "", "the reconciler's own Pod (with --agent-token-bound-pod-uid): each agent token is bound to it, so the tokens stop working once it is gone and one stolen from a replica dies with it (deploy/ sets both from the downward API)")

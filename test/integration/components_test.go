@@ -55,7 +55,7 @@ func TestOptionalComponentsBuildAndApply(t *testing.T) {
 	if out, err := kubectl(t, built, "apply", "--server-side", "--force-conflicts", "--field-manager", "components-test", "-f", "-"); err != nil {
 		t.Fatalf("server-side apply: %v\n%s", err, out)
 	}
-	for _, obj := range []string{"issuer/nodeconfig-agent-ca", "certificate/nodeconfig-agent-tls", "podmonitor/nodeconfig-agent", "podmonitor/nodeconfig-reconciler", "prometheusrule/nodeconfig"} {
+	for _, obj := range []string{"issuer/nodeconfig-selfsigned", "certificate/nodeconfig-agent-ca", "podmonitor/nodeconfig-agent", "podmonitor/nodeconfig-reconciler", "prometheusrule/nodeconfig"} {
 		if out, err := kubectl(t, "", "get", "-n", "nodeconfig-system", obj); err != nil {
 			t.Errorf("%s not in the install's namespace: %v\n%s", obj, err, out)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,6 +65,10 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 		{agent, "get validatingadmissionpolicybindings/nodeconfig-agent-own-node", true},
 		{agent, "get validatingadmissionpolicies/nodeconfig-configure", false},
 		{agent, "update validatingadmissionpolicies/nodeconfig-agent-own-node", false},
+		{agent, "create certificatesigningrequests.certificates.k8s.io", true},
+		{agent, "watch certificatesigningrequests.certificates.k8s.io", true},
+		{agent, "update certificatesigningrequests.certificates.k8s.io --subresource=approval", false},
+		{agent, "update certificatesigningrequests.certificates.k8s.io --subresource=status", false},
 		{reconciler, "list nodeconfigs.nodeconfig.io", true},
 		{reconciler, "watch nodeconfigs.nodeconfig.io", true},
 		{reconciler, "update nodeconfigs.nodeconfig.io --subresource=status", true},
@@ -93,6 +98,11 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 		{reconciler, "get validatingadmissionpolicies/nodeconfig-reconciler-abandon-mark", true},
 		{reconciler, "get validatingadmissionpolicybindings/nodeconfig-reconciler-abandon-mark", true},
 		{reconciler, "delete validatingadmissionpolicybindings/nodeconfig-reconciler-abandon-mark", false},
+		{reconciler, "watch certificatesigningrequests.certificates.k8s.io", true},
+		{reconciler, "create certificatesigningrequests.certificates.k8s.io", false},
+		{reconciler, "delete certificatesigningrequests.certificates.k8s.io", false},
+		{reconciler, "update certificatesigningrequests.certificates.k8s.io --subresource=approval", true},
+		{reconciler, "update certificatesigningrequests.certificates.k8s.io --subresource=status", true},
 		{reconciler, "create pods -n nodeconfig-system", false},
 		{reconciler, "*", false},
 	} {
@@ -107,6 +117,30 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 		if got != tc.allow {
 			who := tc.as[strings.LastIndex(tc.as, ":")+1:]
 			t.Errorf("%s can-i %s = %q, want allowed=%v", who, tc.args, strings.TrimSpace(out), tc.allow)
+		}
+	}
+	// Signers are no resource kubectl can name: ask the API server as it
+	// asks itself when a request is approved or signed.
+	for _, tc := range []struct {
+		as, verb, signer string
+		allow            bool
+	}{
+		{reconciler, "approve", "nodeconfig.io/agent-serving", true},
+		{reconciler, "sign", "nodeconfig.io/agent-serving", true},
+		{reconciler, "approve", "kubernetes.io/kube-apiserver-client", false},
+		{reconciler, "sign", "kubernetes.io/kubelet-serving", false},
+		{agent, "approve", "nodeconfig.io/agent-serving", false},
+		{agent, "sign", "nodeconfig.io/agent-serving", false},
+	} {
+		sar, err := cluster.Shared.Client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: tc.as, Groups: []string{"system:serviceaccounts", "system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Group: "certificates.k8s.io", Resource: "signers", Name: tc.signer, Verb: tc.verb}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed != tc.allow {
+			t.Errorf("%s may %s for signer %s: %v, want %v", tc.as, tc.verb, tc.signer, sar.Status.Allowed, tc.allow)
 		}
 	}
 }

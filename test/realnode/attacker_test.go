@@ -87,8 +87,8 @@ func attackWithTheAgentsToken(ctx context.Context, t *testing.T) {
 			_, err := attacker.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
 			return err
 		},
-		"read the agents' TLS Secret": func() error {
-			_, err := attacker.CoreV1().Secrets(namespace).Get(ctx, "nodeconfig-agent-tls", metav1.GetOptions{})
+		"read the agents' CA Secret": func() error {
+			_, err := attacker.CoreV1().Secrets(namespace).Get(ctx, "nodeconfig-agent-ca", metav1.GetOptions{})
 			return err
 		},
 		"list ConfigMaps": func() error {
@@ -165,18 +165,18 @@ func reconcilerToken(ctx context.Context, t *testing.T, nodeName string) string 
 }
 
 // agentClient dials the agent's gRPC port at the node's address, trusting
-// the agents' CA as the reconciler does.
+// the agents' CA and checking the node's own name, as the reconciler does.
 func agentClient(ctx context.Context, t *testing.T) nodeconfigv1.CheckpointServiceClient {
 	t.Helper()
-	secret, err := node.Cluster.Client.CoreV1().Secrets(namespace).Get(ctx, "nodeconfig-agent-tls", metav1.GetOptions{})
+	secret, err := node.Cluster.Client.CoreV1().Secrets(namespace).Get(ctx, "nodeconfig-agent-ca", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(secret.Data["ca.crt"]) {
-		t.Fatal("no CA in the agents' TLS Secret")
+	if !roots.AppendCertsFromPEM(secret.Data[corev1.TLSCertKey]) {
+		t.Fatal("no CA certificate in the agents' CA Secret")
 	}
-	creds := credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: "nodeconfig-agent." + namespace + ".svc", MinVersion: tls.VersionTLS12})
+	creds := credentials.NewTLS(&tls.Config{RootCAs: roots, ServerName: realnode.NodeName + v1alpha1.AgentServingNameSuffix, MinVersion: tls.VersionTLS12})
 	conn, err := grpc.NewClient(net.JoinHostPort(realnode.Gateway, "7601"), grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)

@@ -148,3 +148,17 @@ const (
 	// Progressing condition's reason.
 	EventRolloutComplete = ReasonRolloutComplete
 )
+
+// The agents' serving certificates: each agent asks the CertificateSigningRequest
+// API for one naming its node, and the reconciler approves, signs and checks
+// that name (docs/decisions.md, "A serving certificate per agent").
+const (
+	// AgentServingSigner is the signerName of the agents' CSRs; the
+	// reconciler signs for it alone.
+	AgentServingSigner = "nodeconfig.io/agent-serving"
+	// AgentServingNameSuffix follows the node's name in the DNS name its
+	// agent's certificate carries and the reconciler checks: node-a's agent
+	// is node-a.agent.nodeconfig.io. The suffix keeps it a DNS name even for
+	// a node named like an IP address.
+	AgentServingNameSuffix = ".agent.nodeconfig.io"
+)

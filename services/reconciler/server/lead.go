@@ -92,6 +92,12 @@ func (r *Reconciler) lead(ctx context.Context) {
 	}
 	var nodesRunning sync.WaitGroup
 	nodesRunning.Go(func() { nodes.Informer().RunWithContext(ctx) })
+	if r.certs != nil {
+		// The leader answers the agents' certificate requests.
+		var signing sync.WaitGroup
+		signing.Go(func() { r.certs.Run(ctx) })
+		defer signing.Wait()
+	}
 	if pool.Tokens != nil {
 		// The leader renews the nodes' tokens ahead of use while it leads.
 		var renewing sync.WaitGroup

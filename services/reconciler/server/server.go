@@ -25,6 +25,7 @@ import (
 	nodeconfigclient "nodeconfig.io/services/api/client/clientset"
 	"nodeconfig.io/services/configcheck/fieldpolicy"
 	"nodeconfig.io/services/configcheck/kubeletexec"
+	"nodeconfig.io/services/reconciler/internal/agentcerts"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/controller"
 	"nodeconfig.io/services/reconciler/internal/grpcapi"
@@ -79,9 +80,17 @@ type Agents struct {
 	Namespace      string
 	Selector       string
 	Port           int
-	// CAFile, when set, makes agent calls TLS, the agents' certificate
-	// checked against ServerName.
+	// CAFile, when set, makes agent calls TLS, each agent's certificate
+	// checked for ServerName, where {node} is the node's name.
 	CAFile, ServerName string
+	// SignerCertFile and SignerKeyFile, when set, are the CA that signs
+	// the agents' serving certificates (agentcerts): requests of
+	// ServiceAccount (NAMESPACE/NAME) for its own node's name alone.
+	// SignerCertFile defaults to CAFile.
+	SignerCertFile, SignerKeyFile string
+	ServiceAccount                string
+	// CertificateLifetime is the longest life of an agent's certificate.
+	CertificateLifetime time.Duration
 	// TokenAudience, when set, has {node} in it: each call carries a token
 	// of TokenServiceAccount (NAMESPACE/NAME) for the called node alone.
 	TokenAudience       string
@@ -106,6 +115,9 @@ type Reconciler struct {
 	// current is the controller of the leadership under way, nil between
 	// leaderships: the ReconcilerService answers from it.
 	current atomic.Pointer[controller.Controller]
+	// certs signs the agents' serving certificates while this replica
+	// leads; nil when the reconciler has no signer CA.
+	certs *agentcerts.Signer
 }
 
 // New checks the options and builds the agents' credentials and the
@@ -124,14 +136,21 @@ func New(o Options) (*Reconciler, error) {
 	if err != nil {
 		return nil, err
 	}
-	dial, err := agents.Credentials(o.Agents.CAFile, o.Agents.ServerName, o.Agents.TokenAudience != "")
+	transport, err := agents.Credentials(o.Agents.CAFile, o.Agents.ServerName, o.Agents.TokenAudience != "")
 	if err != nil {
 		return nil, err
 	}
 	r := &Reconciler{o: o, pool: agents.Options{
 		Static: o.Agents.Addresses, SocketTemplate: o.Agents.SocketTemplate, Port: o.Agents.Port,
-		DialOptions: dial, MaxConnections: o.Agents.MaxConnections, Tokens: tokens,
+		Transport: transport, MaxConnections: o.Agents.MaxConnections, Tokens: tokens,
 	}}
+	if r.certs, err = agentSigner(o.Kube, o.Agents, o.Log); err != nil {
+		return nil, err
+	}
+	if o.Agents.CAFile != "" && !strings.Contains(o.Agents.ServerName, "{node}") {
+		o.Log.Warn("every agent is checked for one name: an agent holding that certificate's key can pose as any other node's agent; name {node} in --agent-tls-server-name where each agent has its own certificate",
+			"agent-tls-server-name", o.Agents.ServerName)
+	}
 	if o.LeaderElection != nil {
 		if r.election, err = r.electionConfig(*o.LeaderElection); err != nil {
 			return nil, err
@@ -164,6 +183,27 @@ func nodeTokens(kube kubernetes.Interface, a Agents) (*agents.NodeTokens, error)
 	return tokens, nil
 }
 
+// agentSigner builds the signer of the agents' serving certificates when
+// a.SignerKeyFile names its CA's key; nil when it does not.
+func agentSigner(kube kubernetes.Interface, a Agents, log *slog.Logger) (*agentcerts.Signer, error) {
+	if a.SignerKeyFile == "" {
+		return nil, nil
+	}
+	ns, name, ok := strings.Cut(a.ServiceAccount, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, fmt.Errorf("--agent-service-account %q: want NAMESPACE/NAME (needed with --agent-signer-key-file)", a.ServiceAccount)
+	}
+	ca := agentcerts.CA{CertFile: a.SignerCertFile, KeyFile: a.SignerKeyFile}
+	if ca.CertFile == "" {
+		ca.CertFile = a.CAFile
+	}
+	s, err := agentcerts.New(agentcerts.Options{Kube: kube, AgentNamespace: ns, AgentName: name, CA: ca, Lifetime: a.CertificateLifetime, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("--agent-signer-cert-file, --agent-signer-key-file, --agent-certificate-lifetime: %w", err)
+	}
+	return s, nil
+}
+
 // Register adds the ReconcilerService to g and the controller's metrics to
 // reg (nil: no metrics). It is called before Run.
 func (r *Reconciler) Register(g *grpc.Server, reg prometheus.Registerer) {
@@ -172,6 +212,9 @@ func (r *Reconciler) Register(g *grpc.Server, reg prometheus.Registerer) {
 	r.metrics = controller.NewMetrics(reg)
 	if r.pool.Tokens != nil && reg != nil {
 		r.pool.Tokens.Register(reg)
+	}
+	if r.certs != nil && reg != nil {
+		r.certs.Register(reg)
 	}
 	nodeconfigv1.RegisterReconcilerServiceServer(g, &grpcapi.Service{Nodes: r.nodes})
 }

@@ -63,6 +63,12 @@ func TestNewRefusesOptionsThatCannotWork(t *testing.T) {
 		{"tokens in clear text", func(o *Options) {
 			o.Agents.TokenAudience, o.Agents.TokenServiceAccount = "agent/{node}", "ns/r"
 		}, "need --agent-ca-file"},
+		{"agent signer without the agents' account", func(o *Options) {
+			o.Agents.SignerKeyFile, o.Agents.ServiceAccount = "/dev/null", "nodeconfig-agent"
+		}, "--agent-service-account \"nodeconfig-agent\": want NAMESPACE/NAME"},
+		{"agent signer without a CA", func(o *Options) {
+			o.Agents.SignerKeyFile, o.Agents.ServiceAccount = filepath.Join(t.TempDir(), "ca.key"), "ns/agent"
+		}, "agent signer CA"},
 		// What to do is in the message: install it, name it, or turn the
 		// central check off.
 		{"kubelet validator missing", func(o *Options) { o.KubeletCheck += ".missing" },

@@ -41,3 +41,23 @@ func NewAgentTLS(dir string) (AgentTLS, error) {
 	}
 	return t, WriteKeyPair(t.CertFile, t.KeyFile, der, key)
 }
+
+// AgentCA is the authority that signs the agents' own serving
+// certificates, as the reconciler holds it (the nodeconfig-agent-ca Secret's
+// tls.crt and tls.key): the reconciler trusts CertFile and signs with both.
+type AgentCA struct {
+	CertFile, KeyFile string
+}
+
+// NewAgentCA writes a fresh agent CA into dir.
+func NewAgentCA(dir string) (AgentCA, error) {
+	c := AgentCA{CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return c, err
+	}
+	ca, err := NewAuthority("nodeconfig-agent-ca", 24*time.Hour)
+	if err != nil {
+		return c, err
+	}
+	return c, WriteKeyPair(c.CertFile, c.KeyFile, ca.DER, ca.Key())
+}

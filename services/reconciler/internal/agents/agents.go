@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -36,9 +36,9 @@ type Options struct {
 	Pods        corelisters.PodLister
 	PodSelector labels.Selector
 	Port        int
-	// DialOptions are extra options (credentials) for every connection;
-	// without transport credentials among them the connection is plain.
-	DialOptions []grpc.DialOption
+	// Transport gives the transport credentials of one node's connection
+	// (Credentials); nil dials in clear text.
+	Transport Transport
 	// MaxConnections bounds the open connections (least recently used
 	// closed first), so memory does not grow with the fleet; default
 	// DefaultMaxConnections.
@@ -48,23 +48,36 @@ type Options struct {
 	Tokens *NodeTokens
 }
 
-// Credentials are the dial options of an in-cluster reconciler: TLS that
-// trusts only the agents' CA (every agent serves a certificate for
-// serverName, since pod IPs are not known ahead). The CA file is reread
-// when it changes, so rotating the Secret needs no restart. Tokens (see
-// NodeTokens) are never sent without TLS.
-func Credentials(caFile, serverName string, tokens bool) ([]grpc.DialOption, error) {
+// Transport gives the transport credentials of a node's connection.
+type Transport func(node string) credentials.TransportCredentials
+
+// Credentials are the transport of an in-cluster reconciler: TLS that
+// trusts only the agents' CA, each agent's certificate checked for the
+// name serverName gives for its node ({node} in it is the node's name), so
+// that an agent serving another node's certificate fails the handshake,
+// before any token is sent. The CA file is reread when it changes, so
+// rotating the Secret needs no restart. Tokens (see NodeTokens) are never
+// sent without TLS.
+func Credentials(caFile, serverName string, tokens bool) (Transport, error) {
 	if caFile == "" {
 		if tokens {
 			return nil, errors.New("agent tokens need --agent-ca-file: a token must not cross the network in clear text")
 		}
-		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+		return nil, nil
 	}
-	creds, err := reloadingTLS(caFile, serverName)
-	if err != nil {
+	ca := &caFileCache{path: caFile}
+	if _, err := ca.pool(); err != nil {
 		return nil, fmt.Errorf("--agent-ca-file: %w", err)
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}, nil
+	return func(node string) credentials.TransportCredentials {
+		return verifyingTLS(ca, ServerName(serverName, node))
+	}, nil
+}
+
+// ServerName is the name node's agent certificate must carry: serverName
+// with {node} replaced by the node's name.
+func ServerName(serverName, node string) string {
+	return strings.ReplaceAll(serverName, "{node}", node)
 }
 
 // Pool resolves and connects, one connection per node, keeping the most
@@ -166,15 +179,16 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, func(), e
 		ok = false
 	}
 	if !ok {
-		opts := p.o.DialOptions
-		if len(opts) == 0 {
-			opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		var transport credentials.TransportCredentials = insecure.NewCredentials()
+		if p.o.Transport != nil {
+			transport = p.o.Transport(node)
 		}
 		// One connection per node adds up at fleet scale: share write
 		// buffers between flushes, keep the read buffer small (payloads
 		// are read in one go anyway), and let a node's connection go idle
 		// (no goroutines, no transport) between its syncs.
-		opts = append(slices.Clip(opts), grpc.WithSharedWriteBuffer(true), grpc.WithReadBufferSize(4<<10), grpc.WithIdleTimeout(idleTimeout))
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(transport),
+			grpc.WithSharedWriteBuffer(true), grpc.WithReadBufferSize(4 << 10), grpc.WithIdleTimeout(idleTimeout)}
 		if p.o.Tokens != nil {
 			opts = append(opts, grpc.WithPerRPCCredentials(p.o.Tokens.For(node)))
 		}

@@ -12,17 +12,15 @@ import (
 	"google.golang.org/grpc/credentials"
 )
 
-// reloadingTLS verifies agents against the CA in caFile as the file is at
+// verifyingTLS verifies an agent against the CA in ca as the file is at
 // each handshake: a rotated Secret takes effect on the next connection,
 // without a restart. The name checked is serverName, not the dialled
-// address (agents are reached by pod IP).
-func reloadingTLS(caFile, serverName string) (credentials.TransportCredentials, error) {
-	ca := &caFileCache{path: caFile}
-	if _, err := ca.pool(); err != nil {
-		return nil, err
-	}
+// address (agents are reached by pod IP, which a node's own kubelet
+// reports).
+func verifyingTLS(ca *caFileCache, serverName string) credentials.TransportCredentials {
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
+		ServerName: serverName,
 		// The standard verification would pin the CA read at start;
 		// VerifyConnection does the same checks with the CA of now.
 		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
@@ -42,7 +40,7 @@ func reloadingTLS(caFile, serverName string) (credentials.TransportCredentials, 
 			return err
 		},
 	}
-	return credentials.NewTLS(cfg), nil
+	return credentials.NewTLS(cfg)
 }
 
 // caFileCache rereads a CA bundle when its size or modification time
