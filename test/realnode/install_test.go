@@ -42,6 +42,9 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	work := t.TempDir()
 	decoy := startDecoyKubelet(t)
 	defer decoy.checkNeverSignalled(t)
+	// Read before the install: once it runs, the agent may restart the
+	// kubelet before the Node says the config is active.
+	starts := node.Kubelet.Starts()
 	if err := node.Install(ctx, work, func(s string) { t.Log(s) }); err != nil {
 		t.Fatalf("README install: %v\n%s", err, diagnose(ctx))
 	}
@@ -67,7 +70,6 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	waitStatus(ctx, t, "the new config active", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return nodeview.ResourceVersion(st.Active) == cm.ResourceVersion
 	})
-	starts := node.Kubelet.Starts()
 	waitKubeletMaxPods(ctx, t, 57)
 	if node.Kubelet.Starts() == starts {
 		t.Fatal("the kubelet runs the drop-in without having been restarted")
@@ -133,6 +135,8 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	good := cm.ResourceVersion
 	maxPodsGood := int64(58)
 	runReadmeCommand(ctx, t, work, `kubectl patch nodeconfig workers --type merge -p '{"spec":{"validator":"none","rollout":{"maxFailures":1}}}'`)
+	starts = node.Kubelet.Starts()
+	logFrom := kubeletLogSize(t)
 	runReadmeCommand(ctx, t, work, `printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: "abc"\n' > bad.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./bad.yaml --dry-run=client -o yaml | kubectl apply -f -`)
 	waitStatus(ctx, t, "rolled back because the kubelet is unhealthy", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		// The kubelet's own words: its exit line names the field it refused.
@@ -143,6 +147,14 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	if content, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn)); err != nil || !strings.Contains(string(content), "maxPods: 58") {
 		t.Fatalf("drop-in after the rollback: %q, %v", content, err)
 	}
+	// Not the agent's report but the kubelet's: started onto the bad
+	// config, where it exited naming the field, and started again onto
+	// last-known-good, where it is healthy.
+	if got := node.Kubelet.Starts() - starts; got < 2 {
+		t.Errorf("%d kubelet starts since the bad config was applied; want at least 2 (onto it, and back onto last-known-good)", got)
+	}
+	checkKubeletRefused(t, logFrom, "KubeletConfiguration.maxPods")
+	waitKubeletHealthyOn(ctx, t, maxPodsGood)
 	runReadmeCommand(ctx, t, work, `kubectl wait nodeconfig workers --for=jsonpath='{.status.conditions[?(@.type=="Degraded")].reason}'=RolloutHalted --timeout=60s`)
 
 	outsideKillAndRuntimeDown(ctx, t, work)
@@ -266,6 +278,80 @@ func waitKubeletMaxPods(ctx context.Context, t *testing.T, want int64) {
 	if err != nil {
 		t.Fatalf("kubelet maxPods %d: %v", want, err)
 	}
+}
+
+// waitKubeletHealthyOn waits until the kubelet's /healthz answers ok and
+// its /configz shows maxPods want, both in one run of it (one pid before
+// and after): healthy on that config, not on the way to another.
+func waitKubeletHealthyOn(ctx context.Context, t *testing.T, want int64) {
+	t.Helper()
+	err := proc.WaitFor(time.Minute, func() (bool, error) {
+		pid := node.Kubelet.Pid()
+		if !realnode.KubeletHealthy() {
+			return false, fmt.Errorf("%s does not answer ok", realnode.KubeletHealthz)
+		}
+		cfg, err := node.Configz(ctx)
+		if err != nil {
+			return false, err
+		}
+		if got, _ := cfg["maxPods"].(float64); int64(got) != want {
+			return false, fmt.Errorf("healthy, but configz maxPods %v", cfg["maxPods"])
+		}
+		return node.Kubelet.Pid() == pid, fmt.Errorf("the kubelet restarted while being checked")
+	})
+	if err != nil {
+		t.Fatalf("the kubelet healthy on maxPods %d: %v", want, err)
+	}
+}
+
+// kubeletLog is the file the kubelet's output goes to, which the test
+// reads itself rather than trusting the agent's account of it.
+func kubeletLog() string { return filepath.Join(node.Logs, "kubelet.log") }
+
+// kubeletLogSize is how much the kubelet has logged so far: what it logs
+// after a change starts there.
+func kubeletLogSize(t *testing.T) int64 {
+	t.Helper()
+	fi, err := os.Stat(kubeletLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// checkKubeletRefused reads the kubelet's log from byte from on: one of
+// its runs ended with the kubelet's exit line ("command failed") naming
+// field, and a later run started after it.
+func checkKubeletRefused(t *testing.T, from int64, field string) {
+	t.Helper()
+	b, err := os.ReadFile(kubeletLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(b)) < from {
+		t.Fatalf("%s shrank from %d to %d bytes", kubeletLog(), from, len(b))
+	}
+	lines := strings.Split(string(b[from:]), "\n")
+	exit, start := -1, -1
+	for i, l := range lines {
+		if strings.Contains(l, `"command failed"`) && strings.Contains(l, field) {
+			exit = i
+		}
+		// The line the kubelet's supervisor writes before each start.
+		if strings.HasPrefix(l, "=== ") {
+			start = i
+		}
+	}
+	tail := string(b[max(from, int64(len(b))-4000):])
+	if exit < 0 {
+		t.Errorf("no exit line of the kubelet naming %s in %s since the change; its end:\n%s", field, kubeletLog(), tail)
+		return
+	}
+	if start < exit {
+		t.Errorf("the kubelet was not started again after its exit line %q", lines[exit])
+		return
+	}
+	t.Logf("the kubelet's exit line: %s", lines[exit])
 }
 
 func waitFile(t *testing.T, path, want string) {
@@ -410,6 +496,7 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 	}
 	good := nodeview.ResourceVersion(st.LastKnownGood)
 	agentPid := checkpointdPid(t)
+	logFrom := kubeletLogSize(t)
 	runReadmeCommand(ctx, t, work, `printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: "xyz"\n' > xyz.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./xyz.yaml --dry-run=client -o yaml | kubectl apply -f -`)
 	if err := proc.WaitFor(time.Minute, func() (bool, error) {
 		b, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn))
@@ -448,6 +535,8 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 		t.Fatalf("%d kubelet starts since the boot; the guard falls back only past %d", node.Kubelet.Starts(), guardThreshold)
 	}
 	waitKubeletMaxPods(ctx, t, 60)
+	checkKubeletRefused(t, logFrom, "KubeletConfiguration.maxPods")
+	waitKubeletHealthyOn(ctx, t, 60)
 	waitStatus(ctx, t, "the guard's fallback recorded by the agent", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return c.Status == corev1.ConditionFalse && c.Reason == "StartGuardFellBack" && nodeview.ResourceVersion(st.Active) == good
 	})
