@@ -76,9 +76,11 @@ type Guard struct {
 	now                  func() time.Time
 	// keys, when set, are the cluster's signing keys: a token they do not
 	// verify is refused before review.
-	keys     *KeySet
-	denied   *prometheus.CounterVec
-	reviewed prometheus.Counter
+	keys *KeySet
+	// authenticated, when set, hears of every TCP call that passed.
+	authenticated func(context.Context)
+	denied        *prometheus.CounterVec
+	reviewed      prometheus.Counter
 }
 
 // New builds a guard that accepts tokens for audience whose user is one of
@@ -111,6 +113,15 @@ func New(reviews authenticationv1client.TokenReviewInterface, audience string, a
 func (g *Guard) WithKeys(k *KeySet) *Guard {
 	if g != nil {
 		g.keys = k
+	}
+	return g
+}
+
+// OnAuthenticated has f called with the context of every call over TCP
+// that the guard let through for its token (not health, not the socket).
+func (g *Guard) OnAuthenticated(f func(context.Context)) *Guard {
+	if g != nil {
+		g.authenticated = f
 	}
 	return g
 }
@@ -203,7 +214,13 @@ func (g *Guard) check(ctx context.Context, method string) error {
 		// Not the caller's fault and not cached: the next call asks again.
 		return status.Errorf(codes.Unavailable, "cannot verify the caller's token: %v", err)
 	}
-	return g.decide(r, method)
+	if err := g.decide(r, method); err != nil {
+		return err
+	}
+	if g.authenticated != nil {
+		g.authenticated(ctx)
+	}
+	return nil
 }
 
 // decide turns a review into the call's answer. The refusal does not list
@@ -236,28 +253,9 @@ func bearer(md metadata.MD) string {
 	return ""
 }
 
-// claims reads a token's claims and says why it can never pass here: not a
-// JWT, not for our audience, expired or not yet valid, or (where the
-// cluster's keys are known) not signed by them. The TokenReview decides the
-// rest.
+// claims reads a token's claims and says why it can never pass here.
 func (g *Guard) claims(token string) (jwt.Claims, string) {
-	var c jwt.Claims
-	if len(token) > MaxTokenBytes {
-		// Refused before it is decoded: a ServiceAccount token is about a
-		// kilobyte, and decoding costs what the caller chose to send.
-		return c, fmt.Sprintf("longer than %d bytes", MaxTokenBytes)
-	}
-	parsed, err := jwt.ParseSigned(token, tokenAlgorithms)
-	if err != nil {
-		return c, "not a signed JWT"
-	}
-	if err := parsed.UnsafeClaimsWithoutVerification(&c); err != nil {
-		return c, "unreadable claims"
-	}
-	if err := c.ValidateWithLeeway(jwt.Expected{AnyAudience: jwt.Audience{g.audience}, Time: g.now()}, time.Minute); err != nil {
-		return c, fmt.Sprintf("claims: %v", err)
-	}
-	return c, g.keys.verify(parsed)
+	return Prechecks{Audience: g.audience, Keys: g.keys, Now: g.now}.Check(token)
 }
 
 // review asks the API server about a token, once per token at a time, and
