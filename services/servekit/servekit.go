@@ -24,12 +24,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/tls/certprovider"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
@@ -52,13 +52,11 @@ const MaxRequestBytes = 2 << 20
 // protocol's own.
 const MaxHeaderListBytes = 8 << 10
 
-// The TCP port serves one reconciler: a few connections with a few streams
-// each. The bounds keep memory below the agent's limit whoever connects
-// (the NetworkPolicy keeps other callers out where the network enforces it);
-// a connection that does not finish its handshake in time is dropped, so
-// idle ones cannot hold every place.
+// The bounds on the TCP port (with those of conns.go) keep memory below the
+// agent's limit whoever connects (the NetworkPolicy keeps other callers out
+// where the network enforces it); a connection that does not finish its
+// handshake in time is dropped, and an idle one gives its place back.
 const (
-	maxTCPConns       = 128
 	maxStreamsPerConn = 32
 	handshakeTimeout  = 10 * time.Second
 	maxConnectionIdle = 2 * time.Minute
@@ -202,6 +200,9 @@ type Server struct {
 	flags    commonFlags
 	log      *slog.Logger
 	keys     *authn.KeySet
+	// conns bounds the TCP port's connections; calls that pass the
+	// guard prove theirs.
+	conns *connLimits
 }
 
 // newServer builds a server. Extra options (interceptors, credentials) are
@@ -211,13 +212,19 @@ func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) 
 		return nil, err
 	}
 	registry := prometheus.NewRegistry()
+	conns := newConnLimits(maxTCPConns, maxConnsPerHost, reservedConns)
 	var guard *authn.Guard
 	var keys *authn.KeySet
 	if flags.Auth == "token" {
 		if flags.SigningKeys != nil {
 			keys = authn.NewKeySet(flags.SigningKeys, log)
 		}
-		guard = authn.New(flags.TokenReviews, flags.Audience, flags.Allowed, registry).WithKeys(keys)
+		guard = authn.New(flags.TokenReviews, flags.Audience, flags.Allowed, registry).WithKeys(keys).
+			OnAuthenticated(func(ctx context.Context) {
+				if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+					conns.prove(p.Addr.String())
+				}
+			})
 	}
 	opts := append([]grpc.ServerOption{
 		grpc.InTapHandle(guard.Tap()),
@@ -243,6 +250,7 @@ func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) 
 		flags:    flags,
 		log:      log,
 		keys:     keys,
+		conns:    conns,
 	}
 	healthpb.RegisterHealthServer(s.GRPC, s.Health)
 	reflection.Register(s.GRPC)
@@ -283,7 +291,7 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 		}
 		// Streams (health watches included) cost memory before any
 		// authentication: bound the connections as well as their streams.
-		l = netutil.LimitListener(limitPerHost(l, maxConnsPerHost), maxTCPConns)
+		l = s.conns.listen(l)
 		if certs != nil {
 			l = tls.NewListener(l, tlsFrom(certs, "h2"))
 		}
