@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
-	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
-
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/server"
 	"nodeconfig.io/services/servekit"
@@ -18,8 +15,9 @@ import (
 func (o *options) Run(p *servekit.Process) error {
 	if p.NeedsCluster() {
 		// Only reviews of its callers: the store never talks to the API server.
-		// Its own budget and deadline: reviews are already capped by the
-		// guard, and a slow API server must not hold calls open.
+		// A deadline: a slow API server must not hold calls open. Each guard
+		// gets a client-side limit of its own (UseCluster); these only pass
+		// Config's check.
 		kube := o.kube
 		kube.QPS, kube.Burst = 10, 20
 		restCfg, err := kube.Config("nodeconfig-checkpointd")
@@ -27,15 +25,9 @@ func (o *options) Run(p *servekit.Process) error {
 			return fmt.Errorf("for --auth=token: %w", err)
 		}
 		restCfg.Timeout = 10 * time.Second
-		authn, err := authenticationv1client.NewForConfig(restCfg)
-		if err != nil {
+		if err := p.UseCluster(restCfg); err != nil {
 			return err
 		}
-		authz, err := authorizationv1client.NewForConfig(restCfg)
-		if err != nil {
-			return err
-		}
-		p.UseCluster(authn, authz)
 	}
 	srv, err := p.NewServer()
 	if err != nil {

@@ -58,8 +58,12 @@ const MaxHeaderListBytes = 8 << 10
 // handshake in time is dropped, and an idle one gives its place back.
 const (
 	maxStreamsPerConn = 32
-	handshakeTimeout  = 10 * time.Second
-	maxConnectionIdle = 2 * time.Minute
+	// The metrics port serves a scraper or two and the kubelet's probes.
+	maxMetricsConns        = 32
+	maxMetricsConnsPerHost = 8
+	reservedMetricsConns   = 8
+	handshakeTimeout       = 10 * time.Second
+	maxConnectionIdle      = 2 * time.Minute
 )
 
 // commonFlags are the listening flags every service has.
@@ -102,7 +106,7 @@ func (f *commonFlags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics s
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", defaultMetrics, "HTTP address for /metrics and /healthz; empty disables it")
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&f.MetricsAuth, "metrics-auth", "none", "who may read /metrics and /debug/pprof: none, or token (over TLS with --tls-cert-file, for a bearer token whose user RBAC allows to get the path, as for the kubelet's /metrics); /healthz stays open")
+	fs.StringVar(&f.MetricsAuth, "metrics-auth", "none", "who may read /metrics and /debug/pprof: none, or token (over TLS with --tls-cert-file, for a ServiceAccount's bearer token whose user RBAC allows to get the path, as for the kubelet's /metrics; a token the cluster did not sign is refused unreviewed); /healthz stays open")
 	fs.BoolVar(&f.Profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on --metrics-addr")
 	fs.StringVar(&f.Auth, "auth", "none", "who may call over TCP: none (only allowed on a loopback --listen) or token (TLS plus a ServiceAccount token verified by TokenReview); the unix socket is always trusted")
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM) for TCP; reread every minute")
@@ -215,10 +219,12 @@ func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) 
 	conns := newConnLimits(maxTCPConns, maxConnsPerHost, reservedConns)
 	var guard *authn.Guard
 	var keys *authn.KeySet
+	if flags.SigningKeys != nil && (flags.Auth == "token" || flags.MetricsAuth == "token") {
+		// One set for the gRPC and the metrics port: a token of an
+		// unknown key costs one read of the keys, whichever port it hits.
+		keys = authn.NewKeySet(flags.SigningKeys, log)
+	}
 	if flags.Auth == "token" {
-		if flags.SigningKeys != nil {
-			keys = authn.NewKeySet(flags.SigningKeys, log)
-		}
 		guard = authn.New(flags.TokenReviews, flags.Audience, flags.Allowed, registry).WithKeys(keys).
 			OnAuthenticated(func(ctx context.Context) {
 				if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
@@ -316,11 +322,17 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 			closeAll()
 			return fmt.Errorf("listen on --metrics-addr %s: %w", s.flags.MetricsAddr, err)
 		}
+		// Like the gRPC port's: a request that passed the guard proves its
+		// connection, and the rest (probes, scrapes refused, a header
+		// bomb) share what is left.
+		conns := newConnLimits(maxMetricsConns, maxMetricsConnsPerHost, reservedMetricsConns)
+		ml = conns.listen(ml)
 		var guard *metricsGuard
 		if s.flags.MetricsAuth == "token" {
 			// Bearer tokens must not cross the network in clear text
 			// (Check makes sure the certificate is there).
-			if guard, err = newMetricsGuard(s.flags.MetricsClients); err != nil {
+			prove := func(r *http.Request) { conns.prove(r.RemoteAddr) }
+			if guard, err = newMetricsGuard(s.flags.MetricsClients, s.keys, s.Registry, prove); err != nil {
 				_ = ml.Close()
 				closeAll()
 				return err
