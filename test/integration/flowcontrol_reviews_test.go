@@ -104,4 +104,3 @@ func TestAgentReviewsHaveAPriorityLevelApartFromTheirPatches(t *testing.T) {
 		}
 	}
 }
-
