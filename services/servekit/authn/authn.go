@@ -3,8 +3,10 @@
 // other container of the agent pod) reaches it. Callers over TCP must send
 // a Kubernetes ServiceAccount token minted for the service's audience (for
 // an agent, one that names its node); the API server's TokenReview says
-// whose it is, and only the allowed identities get through. gRPC health
-// stays open so the kubelet's probes work.
+// whose it is, and only the allowed identities get through. A health
+// Check stays open so probes work; a health Watch needs a token like the
+// rest, because it holds its stream, its headers and its connection for
+// as long as the caller likes.
 //
 // A call is judged twice. Before its body is read (the tap), from its
 // headers alone: no token, a token that is not a JWT for our audience or is
@@ -118,7 +120,8 @@ func (g *Guard) WithKeys(k *KeySet) *Guard {
 }
 
 // OnAuthenticated has f called with the context of every call over TCP
-// that the guard let through for its token (not health, not the socket).
+// that the guard let through for its token (not a health Check, not the
+// socket).
 func (g *Guard) OnAuthenticated(f func(context.Context)) *Guard {
 	if g != nil {
 		g.authenticated = f
@@ -191,9 +194,13 @@ type review struct {
 	refusal string // empty when the token is good for our audience
 }
 
-// trusted: no guard, a health call, or the node-local unix socket.
+// openMethod is the one call that needs no token over TCP: gRPC probes
+// cannot send one, and a Check ends at once (a Watch would not).
+const openMethod = "/grpc.health.v1.Health/Check"
+
+// trusted: no guard, a health Check, or the node-local unix socket.
 func (g *Guard) trusted(ctx context.Context, method string) bool {
-	if g == nil || strings.HasPrefix(method, "/grpc.health.v1.Health/") {
+	if g == nil || method == openMethod {
 		return true
 	}
 	p, ok := peer.FromContext(ctx)

@@ -129,6 +129,9 @@ func TestGuardDecidesByTransportTokenAndIdentity(t *testing.T) {
 		{"unix socket, no token", "unix", "", method, codes.OK},
 		{"tcp, no token", "tcp", "", method, codes.Unauthenticated},
 		{"tcp, health without token", "tcp", "", "/grpc.health.v1.Health/Check", codes.OK},
+		{"tcp, health Watch without token", "tcp", "", "/grpc.health.v1.Health/Watch", codes.Unauthenticated},
+		{"unix socket, health Watch without token", "unix", "", "/grpc.health.v1.Health/Watch", codes.OK},
+		{"tcp, health Watch of the reconciler", "tcp", mint(t, "reconciler", time.Hour, audience), "/grpc.health.v1.Health/Watch", codes.OK},
 		{"tcp, reconciler", "tcp", mint(t, "reconciler", time.Hour, audience), method, codes.OK},
 		{"tcp, not a JWT", "tcp", "garbage", method, codes.Unauthenticated},
 		{"tcp, refused by the API server", "tcp", mint(t, "forged", time.Hour, audience), method, codes.Unauthenticated},
@@ -163,6 +166,10 @@ func TestTapRefusesFromHeadersAloneWithoutReviews(t *testing.T) {
 		if got := status.Code(tapCall(g, tc.network, tc.token, method)); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	// A health Watch would hold its stream and headers: it needs a token.
+	if got := status.Code(tapCall(g, "tcp", "", "/grpc.health.v1.Health/Watch")); got != codes.Unauthenticated {
+		t.Errorf("a health Watch with no token: %v, want Unauthenticated", got)
 	}
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("the tap sent %d TokenReviews; it must send none", n)
