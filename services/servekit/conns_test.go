@@ -9,10 +9,14 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"nodeconfig.io/services/servekit/authn"
 )
 
 // dialFrom connects to addr from a given loopback address, as a caller on
@@ -112,5 +116,42 @@ func TestConnectionsFromEightHostsLeaveRoomForAuthenticatedCalls(t *testing.T) {
 	token := newSigner(t, "k").mint(t, ReconcilerIdentity, testAudience)
 	if err := echo(t, ts, token, 10*time.Second); err != nil {
 		t.Fatalf("the reconciler's call while %d connections are held: %v", open, err)
+	}
+}
+
+// A health Check needs no token, and gRPC creates its stream (a goroutine,
+// its headers) before the request message arrives: a caller that never
+// sends it would hold the stream for good. Such calls, whose caller is not
+// known yet, have a few places only: the rest are refused at once.
+func TestCallsOfUnknownCallersHaveFewPlaces(t *testing.T) {
+	ts := startTokenServer(t, commonFlags{})
+	waitServing(t, ts)
+	const held = 40
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conns := []*grpc.ClientConn{dialFrom(t, ts, "127.0.0.2"), dialFrom(t, ts, "127.0.0.3")}
+	ended := make(chan error, held)
+	for i := range held {
+		s, err := conns[i%2].NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/grpc.health.v1.Health/Check", grpc.WaitForReady(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { ended <- s.RecvMsg(&healthpb.HealthCheckResponse{}) }()
+	}
+	want := held - authn.MaxPendingCalls
+	for n := range want {
+		select {
+		case err := <-ended:
+			if status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("a held health Check ended with %v, want ResourceExhausted for those beyond the places", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of %d health Checks that never send their request were refused; want %d", n, held, want)
+		}
+	}
+	select {
+	case err := <-ended:
+		t.Fatalf("%d health Checks refused, want %d (the rest hold the places): %v", want+1, want, err)
+	case <-time.After(100 * time.Millisecond):
 	}
 }

@@ -24,11 +24,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -58,6 +60,17 @@ const (
 	reviewTimeout = 5 * time.Second
 )
 
+// Calls the tap lets in before their caller is known (a health Check, or a
+// new token on its way to review) hold a stream, its headers and a
+// goroutine, and a caller that never sends its request holds them for
+// good: at most MaxPendingCalls at once (and as many again for tokens that
+// claim an allowed identity), each cut after pendingTimeout unless its
+// token passes first.
+const (
+	MaxPendingCalls = 16
+	pendingTimeout  = 10 * time.Second
+)
+
 // ReviewCacheTTL is how long an accepted review is kept: a token's next
 // calls within it cost no TokenReview, and its revocation shows within it.
 const ReviewCacheTTL = time.Minute
@@ -73,9 +86,12 @@ type Guard struct {
 	cache    *cache.LRUExpireCache
 	inflight singleflight.Group
 	// budget is for new tokens claiming an allowed identity, othersBudget
-	// for the rest.
-	budget, othersBudget *rate.Limiter
-	now                  func() time.Time
+	// for the rest; so are pending and othersPending, the places of calls
+	// whose caller is not known yet.
+	budget, othersBudget   *rate.Limiter
+	pending, othersPending *semaphore.Weighted
+	pendingTimeout         time.Duration
+	now                    func() time.Time
 	// keys, when set, are the cluster's signing keys: a token they do not
 	// verify is refused before review.
 	keys *KeySet
@@ -89,12 +105,15 @@ type Guard struct {
 // allowed (e.g. system:serviceaccount:nodeconfig-system:nodeconfig-reconciler).
 func New(reviews authenticationv1client.TokenReviewInterface, audience string, allowed []string, reg prometheus.Registerer) *Guard {
 	g := &Guard{
-		reviews:      reviews,
-		audience:     audience,
-		allowed:      allowed,
-		budget:       rate.NewLimiter(reviewRate, reviewBurst),
-		othersBudget: rate.NewLimiter(reviewRate, reviewBurst),
-		now:          time.Now,
+		reviews:        reviews,
+		audience:       audience,
+		allowed:        allowed,
+		budget:         rate.NewLimiter(reviewRate, reviewBurst),
+		othersBudget:   rate.NewLimiter(reviewRate, reviewBurst),
+		pending:        semaphore.NewWeighted(MaxPendingCalls),
+		othersPending:  semaphore.NewWeighted(MaxPendingCalls),
+		pendingTimeout: pendingTimeout,
+		now:            time.Now,
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeconfig_grpc_calls_refused_total",
 			Help: "gRPC calls refused by authentication (Unauthenticated), authorization (PermissionDenied) or the review budget (ResourceExhausted).",
@@ -138,8 +157,13 @@ func (f clockFunc) Now() time.Time { return f() }
 // blocks (it runs on the connection's reader).
 func (g *Guard) Tap() tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if g.trusted(ctx, info.FullMethodName) {
+		if g == nil || local(ctx) {
 			return ctx, nil
+		}
+		if info.FullMethodName == openMethod {
+			// Anyone may call it, so it holds a place as a call whose
+			// caller is not known.
+			return g.pend(ctx, g.othersPending)
 		}
 		token := bearer(info.Header)
 		if token == "" {
@@ -158,14 +182,54 @@ func (g *Guard) Tap() tap.ServerInHandle {
 		if refusal != "" {
 			return ctx, g.refuse(codes.Unauthenticated, "token refused for audience %q: %s", g.audience, refusal)
 		}
-		budget := g.othersBudget
+		budget, places := g.othersBudget, g.othersPending
 		if slices.Contains(g.allowed, claims.Subject) {
-			budget = g.budget
+			budget, places = g.budget, g.pending
+		}
+		ctx, err := g.pend(ctx, places)
+		if err != nil {
+			return ctx, err
 		}
 		if !budget.Allow() {
+			abandon(ctx)
 			return ctx, g.refuse(codes.ResourceExhausted, "too many new tokens to verify; retry later")
 		}
 		return ctx, nil
+	}
+}
+
+// pendingCall is a call holding a place until its caller is known.
+type pendingCall struct{ settle, cancel func() }
+
+type pendingKey struct{}
+
+// pend gives a call a place among places, until its stream ends, its token
+// passes (settle), or g.pendingTimeout passes, which ends the stream.
+func (g *Guard) pend(ctx context.Context, places *semaphore.Weighted) (context.Context, error) {
+	if !places.TryAcquire(1) {
+		return ctx, g.refuse(codes.ResourceExhausted, "too many calls whose caller is not known yet; retry later")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(g.pendingTimeout, cancel)
+	release := sync.OnceFunc(func() { places.Release(1) })
+	p := &pendingCall{settle: func() { timer.Stop(); release() }, cancel: cancel}
+	// gRPC cancels a stream's context when the stream ends, however.
+	context.AfterFunc(ctx, p.settle)
+	return context.WithValue(ctx, pendingKey{}, p), nil
+}
+
+// settle gives back the place of the call of ctx, if it holds one.
+func settle(ctx context.Context) {
+	if p, ok := ctx.Value(pendingKey{}).(*pendingCall); ok {
+		p.settle()
+	}
+}
+
+// abandon ends the context pend made for a call the tap then refuses (gRPC
+// does not end it), which gives its place back.
+func abandon(ctx context.Context) {
+	if p, ok := ctx.Value(pendingKey{}).(*pendingCall); ok {
+		p.cancel()
 	}
 }
 
@@ -200,9 +264,11 @@ const openMethod = "/grpc.health.v1.Health/Check"
 
 // trusted: no guard, a health Check, or the node-local unix socket.
 func (g *Guard) trusted(ctx context.Context, method string) bool {
-	if g == nil || method == openMethod {
-		return true
-	}
+	return g == nil || method == openMethod || local(ctx)
+}
+
+// local: a call over the node-local unix socket.
+func local(ctx context.Context) bool {
 	p, ok := peer.FromContext(ctx)
 	return ok && p.Addr != nil && p.Addr.Network() == "unix"
 }
@@ -224,6 +290,7 @@ func (g *Guard) check(ctx context.Context, method string) error {
 	if err := g.decide(r, method); err != nil {
 		return err
 	}
+	settle(ctx)
 	if g.authenticated != nil {
 		g.authenticated(ctx)
 	}
