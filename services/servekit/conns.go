@@ -8,13 +8,15 @@ import (
 // The gRPC port serves one reconciler: a few connections with a few
 // streams each. maxConnsPerHost bounds one host's share; reservedConns are
 // kept for connections that have carried an authenticated call, so that
-// callers without a token (a health Watch needs none and holds its
-// connection) cannot fill the port from a handful of hosts and lock the
-// reconciler out.
+// callers without a token (a health Check needs none, and any connection
+// stays open two idle minutes) cannot fill the port and lock the
+// reconciler out. The 16 left to everyone else bound what they cost: each
+// a TLS session, a goroutine or three and, while it sends, its headers (a
+// header bomb at every port of an agent adds about 7 MiB).
 const (
-	maxTCPConns     = 128
+	maxTCPConns     = 32
 	maxConnsPerHost = 16
-	reservedConns   = 32
+	reservedConns   = 16
 )
 
 // connLimits bounds the connections of one port: maxTotal in all,

@@ -58,9 +58,12 @@ const MaxHeaderListBytes = 8 << 10
 // handshake in time is dropped, and an idle one gives its place back.
 const (
 	maxStreamsPerConn = 32
-	// The metrics port serves a scraper or two and the kubelet's probes.
-	maxMetricsConns        = 32
-	maxMetricsConnsPerHost = 8
+	// A frame header or a small message; larger reads go around it.
+	readBufferBytes = 4 << 10
+	// The metrics port serves a scraper or two and the kubelet's probes
+	// (a new connection each, two at a time at most).
+	maxMetricsConns        = 16
+	maxMetricsConnsPerHost = 4
 	reservedMetricsConns   = 8
 	handshakeTimeout       = 10 * time.Second
 	maxConnectionIdle      = 2 * time.Minute
@@ -243,6 +246,11 @@ func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) 
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
+		// A connection's buffers are its own only while it reads or
+		// writes: idle ones (most of them, and every one a caller holds
+		// open to cost memory) keep a few KiB instead of 64.
+		grpc.SharedWriteBuffer(true),
+		grpc.ReadBufferSize(readBufferBytes),
 		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// An idle connection gives its slot back (the reconciler's pool
