@@ -23,11 +23,12 @@ const (
 // maxPerHost from one host, and at most maxUnproven that have not carried
 // an authenticated call (prove). A connection is unproven until then, the
 // reconciler's new one included; so a newcomer that finds the unproven
-// share full is not refused but takes the place of the oldest unproven
-// connection of the host holding the most. A host with few connections
-// (the reconciler's) thus keeps its new one while the flood comes from
-// fewer hosts than the unproven share, and evicted callers evict each
-// other.
+// share full takes the place of the oldest unproven connection of the host
+// holding the most, unless its own host holds as many (then it is
+// refused: the busiest hosts cannot churn each other's places). A host
+// with few connections (the reconciler's) thus gets in and keeps its new
+// connection while the flood comes from fewer hosts than the unproven
+// share.
 type connLimits struct {
 	maxTotal, maxPerHost, maxUnproven int
 
@@ -104,16 +105,18 @@ func (cl *connLimits) admit(c net.Conn) (admitted, evicted *limitedConn) {
 	}
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	if h := cl.hosts[host]; h != nil && h.open >= cl.maxPerHost {
+	h := cl.hosts[host]
+	if h != nil && h.open >= cl.maxPerHost {
 		return nil, nil
 	}
 	if cl.total >= cl.maxTotal || cl.unproven >= cl.maxUnproven {
-		if evicted = cl.victim(); evicted == nil {
+		evicted = cl.victim()
+		if evicted == nil || (h != nil && len(h.unproven) >= len(cl.hosts[evicted.host].unproven)) {
 			return nil, nil
 		}
 		cl.forget(evicted)
+		h = cl.hosts[host] // forget drops a host left with none
 	}
-	h := cl.hosts[host]
 	if h == nil {
 		h = &hostConns{}
 		cl.hosts[host] = h

@@ -88,9 +88,8 @@ func TestOneHostCannotTakeEveryConnection(t *testing.T) {
 }
 
 // When unproven connections fill their share, a newcomer takes the place
-// of the oldest unproven connection of the host holding the most; a proven
-// connection keeps its place, and the reserved places are left for proven
-// ones.
+// of the oldest unproven connection of the host holding the most, unless
+// its own host holds as many; a proven connection keeps its place.
 func TestANewcomerEvictsTheBusiestHostsOldestUnprovenConnection(t *testing.T) {
 	limits := newConnLimits(6, 4, 2) // 4 unproven at most
 	p := newLimitedPort(t, limits)
@@ -99,6 +98,10 @@ func TestANewcomerEvictsTheBusiestHostsOldestUnprovenConnection(t *testing.T) {
 	for _, host := range []string{"127.0.0.2", "127.0.0.2", "127.0.0.2", "127.0.0.3"} {
 		flood = append(flood, p.dial(host))
 		p.accept(host)
+	}
+	// The busiest host cannot churn: its newcomer is refused.
+	if c := p.dial("127.0.0.2"); !closedByServer(c) {
+		t.Fatal("a newcomer of the busiest host was let in")
 	}
 	// The reconciler's new connection: 127.0.0.2, holding the most, loses
 	// its oldest.
@@ -109,10 +112,15 @@ func TestANewcomerEvictsTheBusiestHostsOldestUnprovenConnection(t *testing.T) {
 	}
 	limits.prove(reconciler.RemoteAddr().String())
 
-	// The flood goes on: it evicts itself, never the proven connection.
-	for range 8 {
-		p.dial("127.0.0.3")
-		p.accept("a flood connection")
+	// The proven connection left a place; once 127.0.0.3 takes it, both
+	// hosts hold as many, and their newcomers are refused. The proven
+	// connection stays.
+	p.dial("127.0.0.3")
+	p.accept("127.0.0.3's second connection")
+	for _, host := range []string{"127.0.0.2", "127.0.0.3"} {
+		if c := p.dial(host); !closedByServer(c) {
+			t.Fatalf("a newcomer of %s, as busy as the busiest, was let in", host)
+		}
 	}
 	_ = reconciler.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if _, err := reconciler.Read(make([]byte, 1)); err == io.EOF {

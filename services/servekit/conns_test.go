@@ -50,7 +50,8 @@ func holdConnections(t testing.TB, ts *tokenServer, hosts []string, perHost int)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				health := healthpb.NewHealthClient(conn)
-				if _, err := health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+				// Not waiting for ready: a connection refused is done with.
+				if _, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 					return
 				}
 				w, err := health.Watch(context.Background(), &healthpb.HealthCheckRequest{})
