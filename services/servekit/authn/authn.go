@@ -12,9 +12,11 @@
 // headers alone: no token, a token that is not a JWT for our audience or is
 // expired, a token already refused, or a new token beyond the review budget
 // is refused there, so garbage costs neither memory nor a TokenReview (a
-// token already reviewed is judged by that review alone). Then
-// the interceptor reviews the token (one review per token at a time,
-// cached until it expires, at most a minute).
+// token already reviewed is judged by that review alone); a call it lets
+// in before its caller is known holds one of a few places until its token
+// passes (Prechecks, MaxPendingCalls). Then the interceptor reviews the
+// token (one review per token at a time, cached until it expires, at most
+// a minute).
 package authn
 
 import (
