@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
-	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -21,9 +19,9 @@ func (o *options) Run(p *servekit.Process) error {
 	var restCfg *rest.Config
 	if p.NeedsCluster() || o.servingCert.enabled() {
 		// Reviews of its callers and its own certificate: the store never
-		// talks to the API server. Its own budget and deadline: reviews are
-		// already capped by the guard, and a slow API server must not hold
-		// calls open.
+		// talks to the API server. A deadline: a slow API server must not
+		// hold calls open. Each guard gets a client-side limit of its own
+		// (UseCluster); these only pass Config's check.
 		kube := o.kube
 		kube.QPS, kube.Burst = 10, 20
 		var err error
@@ -33,15 +31,9 @@ func (o *options) Run(p *servekit.Process) error {
 		restCfg.Timeout = 10 * time.Second
 	}
 	if p.NeedsCluster() {
-		authn, err := authenticationv1client.NewForConfig(restCfg)
-		if err != nil {
+		if err := p.UseCluster(restCfg); err != nil {
 			return err
 		}
-		authz, err := authorizationv1client.NewForConfig(restCfg)
-		if err != nil {
-			return err
-		}
-		p.UseCluster(authn, authz)
 	}
 	if o.servingCert.enabled() {
 		if err := o.servingCert.useFile(); err != nil {

@@ -40,7 +40,9 @@ func (o *options) Run(p *servekit.Process) error {
 		return err
 	}
 
-	p.UseCluster(kube.AuthenticationV1(), kube.AuthorizationV1())
+	if err := p.UseCluster(restCfg); err != nil {
+		return err
+	}
 	srv, err := p.NewServer()
 	if err != nil {
 		return err

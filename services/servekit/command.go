@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // Command is one service binary. Its Main parses the flags every service
@@ -78,12 +80,62 @@ func (p *Process) NeedsCluster() bool {
 	return p.flags.Auth == "token" || p.flags.MetricsAuth == "token"
 }
 
-// UseCluster has the API server behind authn and authz review callers'
-// tokens (--auth=token) and readers of /metrics (--metrics-auth=token).
-func (p *Process) UseCluster(authn authenticationv1client.AuthenticationV1Interface, authz authorizationv1client.AuthorizationV1Interface) {
-	p.flags.TokenReviews = authn.TokenReviews()
-	p.flags.SigningKeys = signingKeys(authn.RESTClient())
-	p.flags.MetricsClients = MetricsClients{Authentication: authn, Authorization: authz}
+// UseCluster has the API server behind cfg review callers' tokens
+// (--auth=token) and readers of /metrics (--metrics-auth=token). Each
+// side gets a client of its own, with its own client-side limit: a flood
+// at the metrics port waits neither in front of the rollout's reviews nor
+// in front of the service's own requests (statusd's Node patches).
+func (p *Process) UseCluster(cfg *rest.Config) error {
+	reviews, metrics, err := clusterClients(cfg)
+	if err != nil {
+		return err
+	}
+	p.flags.TokenReviews = reviews.TokenReviews()
+	p.flags.SigningKeys = signingKeys(reviews.RESTClient())
+	p.flags.MetricsClients = metrics
+	return nil
+}
+
+// clusterClients are the gRPC guard's client and the metrics guard's, each
+// with a limiter of its own.
+func clusterClients(cfg *rest.Config) (authenticationv1client.AuthenticationV1Interface, MetricsClients, error) {
+	reviews, err := authenticationv1client.NewForConfig(ownLimit(cfg, grpcReviewQPS, grpcReviewBurst, ""))
+	if err != nil {
+		return nil, MetricsClients{}, err
+	}
+	metricsCfg := ownLimit(cfg, metricsClientQPS, metricsClientBurst, " metrics-auth")
+	authn, err := authenticationv1client.NewForConfig(metricsCfg)
+	if err != nil {
+		return nil, MetricsClients{}, err
+	}
+	authz, err := authorizationv1client.NewForConfig(metricsCfg)
+	if err != nil {
+		return nil, MetricsClients{}, err
+	}
+	return reviews, MetricsClients{Authentication: authn, Authorization: authz}, nil
+}
+
+// The clients' limits sit above the guards' budgets (authn's two of 5 a
+// second, burst 10; metricsReviewRate and metricsReviewBurst), so that
+// what a guard lets through is sent at once.
+const (
+	grpcReviewQPS      = 10
+	grpcReviewBurst    = 20
+	metricsClientQPS   = 2 * metricsReviewRate
+	metricsClientBurst = 2 * metricsReviewBurst
+)
+
+// ownLimit is cfg with a client-side limiter of its own, and a user agent
+// that says which side asks.
+func ownLimit(cfg *rest.Config, qps float32, burst int, userAgentSuffix string) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst = qps, burst
+	c.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(qps, burst)
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	c.UserAgent += userAgentSuffix
+	return c
 }
 
 // NewServer builds the server the common flags describe: extra options

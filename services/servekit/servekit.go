@@ -24,12 +24,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/tls/certprovider"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/reflection"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
@@ -52,16 +52,21 @@ const MaxRequestBytes = 2 << 20
 // protocol's own.
 const MaxHeaderListBytes = 8 << 10
 
-// The TCP port serves one reconciler: a few connections with a few streams
-// each. The bounds keep memory below the agent's limit whoever connects
-// (the NetworkPolicy keeps other callers out where the network enforces it);
-// a connection that does not finish its handshake in time is dropped, so
-// idle ones cannot hold every place.
+// The bounds on the TCP port (with those of conns.go) keep memory below the
+// agent's limit whoever connects (the NetworkPolicy keeps other callers out
+// where the network enforces it); a connection that does not finish its
+// handshake in time is dropped, and an idle one gives its place back.
 const (
-	maxTCPConns       = 128
 	maxStreamsPerConn = 32
-	handshakeTimeout  = 10 * time.Second
-	maxConnectionIdle = 2 * time.Minute
+	// A frame header or a small message; larger reads go around it.
+	readBufferBytes = 4 << 10
+	// The metrics port serves a scraper or two and the kubelet's probes
+	// (a new connection each, two at a time at most).
+	maxMetricsConns        = 16
+	maxMetricsConnsPerHost = 4
+	reservedMetricsConns   = 8
+	handshakeTimeout       = 10 * time.Second
+	maxConnectionIdle      = 2 * time.Minute
 )
 
 // commonFlags are the listening flags every service has.
@@ -104,7 +109,7 @@ func (f *commonFlags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics s
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", defaultMetrics, "HTTP address for /metrics and /healthz; empty disables it")
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&f.MetricsAuth, "metrics-auth", "none", "who may read /metrics and /debug/pprof: none, or token (over TLS with --tls-cert-file, for a bearer token whose user RBAC allows to get the path, as for the kubelet's /metrics); /healthz stays open")
+	fs.StringVar(&f.MetricsAuth, "metrics-auth", "none", "who may read /metrics and /debug/pprof: none, or token (over TLS with --tls-cert-file, for a ServiceAccount's bearer token whose user RBAC allows to get the path, as for the kubelet's /metrics; a token the cluster did not sign is refused unreviewed); /healthz stays open")
 	fs.BoolVar(&f.Profiling, "profiling", false, "serve Go's pprof profiles under /debug/pprof/ on --metrics-addr")
 	fs.StringVar(&f.Auth, "auth", "none", "who may call over TCP: none (only allowed on a loopback --listen) or token (TLS plus a ServiceAccount token verified by TokenReview); the unix socket is always trusted")
 	fs.StringVar(&f.TLSCertFile, "tls-cert-file", "", "serving certificate (PEM) for TCP; reread every minute")
@@ -202,6 +207,9 @@ type Server struct {
 	flags    commonFlags
 	log      *slog.Logger
 	keys     *authn.KeySet
+	// conns bounds the TCP port's connections; calls that pass the
+	// guard prove theirs.
+	conns *connLimits
 }
 
 // newServer builds a server. Extra options (interceptors, credentials) are
@@ -211,13 +219,21 @@ func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) 
 		return nil, err
 	}
 	registry := prometheus.NewRegistry()
+	conns := newConnLimits(maxTCPConns, maxConnsPerHost, reservedConns)
 	var guard *authn.Guard
 	var keys *authn.KeySet
+	if flags.SigningKeys != nil && (flags.Auth == "token" || flags.MetricsAuth == "token") {
+		// One set for the gRPC and the metrics port: a token of an
+		// unknown key costs one read of the keys, whichever port it hits.
+		keys = authn.NewKeySet(flags.SigningKeys, log)
+	}
 	if flags.Auth == "token" {
-		if flags.SigningKeys != nil {
-			keys = authn.NewKeySet(flags.SigningKeys, log)
-		}
-		guard = authn.New(flags.TokenReviews, flags.Audience, flags.Allowed, registry).WithKeys(keys)
+		guard = authn.New(flags.TokenReviews, flags.Audience, flags.Allowed, registry).WithKeys(keys).
+			OnAuthenticated(func(ctx context.Context) {
+				if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+					conns.prove(p.Addr.String())
+				}
+			})
 	}
 	opts := append([]grpc.ServerOption{
 		grpc.InTapHandle(guard.Tap()),
@@ -230,6 +246,11 @@ func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) 
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
+		// A connection's buffers are its own only while it reads or
+		// writes: idle ones (most of them, and every one a caller holds
+		// open to cost memory) keep a few KiB instead of 64.
+		grpc.SharedWriteBuffer(true),
+		grpc.ReadBufferSize(readBufferBytes),
 		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// An idle connection gives its slot back (the reconciler's pool
@@ -243,6 +264,7 @@ func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) 
 		flags:    flags,
 		log:      log,
 		keys:     keys,
+		conns:    conns,
 	}
 	healthpb.RegisterHealthServer(s.GRPC, s.Health)
 	reflection.Register(s.GRPC)
@@ -283,7 +305,7 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 		}
 		// Streams (health watches included) cost memory before any
 		// authentication: bound the connections as well as their streams.
-		l = netutil.LimitListener(limitPerHost(l, maxConnsPerHost), maxTCPConns)
+		l = s.conns.listen(l)
 		if certs != nil {
 			l = tls.NewListener(l, tlsFrom(certs, "h2"))
 		}
@@ -308,11 +330,17 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 			closeAll()
 			return fmt.Errorf("listen on --metrics-addr %s: %w", s.flags.MetricsAddr, err)
 		}
+		// Like the gRPC port's: a request that passed the guard proves its
+		// connection, and the rest (probes, scrapes refused, a header
+		// bomb) share what is left.
+		conns := newConnLimits(maxMetricsConns, maxMetricsConnsPerHost, reservedMetricsConns)
+		ml = conns.listen(ml)
 		var guard *metricsGuard
 		if s.flags.MetricsAuth == "token" {
 			// Bearer tokens must not cross the network in clear text
 			// (Check makes sure the certificate is there).
-			if guard, err = newMetricsGuard(s.flags.MetricsClients); err != nil {
+			prove := func(r *http.Request) { conns.prove(r.RemoteAddr) }
+			if guard, err = newMetricsGuard(s.flags.MetricsClients, s.keys, s.Registry, prove); err != nil {
 				_ = ml.Close()
 				closeAll()
 				return err

@@ -34,7 +34,9 @@ func (o *options) Run(p *servekit.Process) error {
 	}
 	defer conn.Close()
 
-	p.UseCluster(client.AuthenticationV1(), client.AuthorizationV1())
+	if err := p.UseCluster(restCfg); err != nil {
+		return err
+	}
 	srv, err := p.NewServer()
 	if err != nil {
 		return err

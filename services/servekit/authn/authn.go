@@ -3,16 +3,20 @@
 // other container of the agent pod) reaches it. Callers over TCP must send
 // a Kubernetes ServiceAccount token minted for the service's audience (for
 // an agent, one that names its node); the API server's TokenReview says
-// whose it is, and only the allowed identities get through. gRPC health
-// stays open so the kubelet's probes work.
+// whose it is, and only the allowed identities get through. A health
+// Check stays open so probes work; a health Watch needs a token like the
+// rest, because it holds its stream, its headers and its connection for
+// as long as the caller likes.
 //
 // A call is judged twice. Before its body is read (the tap), from its
 // headers alone: no token, a token that is not a JWT for our audience or is
 // expired, a token already refused, or a new token beyond the review budget
 // is refused there, so garbage costs neither memory nor a TokenReview (a
-// token already reviewed is judged by that review alone). Then
-// the interceptor reviews the token (one review per token at a time,
-// cached until it expires, at most a minute).
+// token already reviewed is judged by that review alone); a call it lets
+// in before its caller is known holds one of a few places until its token
+// passes (Prechecks, MaxPendingCalls). Then the interceptor reviews the
+// token (one review per token at a time, cached until it expires, at most
+// a minute).
 package authn
 
 import (
@@ -22,11 +26,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -56,6 +62,17 @@ const (
 	reviewTimeout = 5 * time.Second
 )
 
+// Calls the tap lets in before their caller is known (a health Check, or a
+// new token on its way to review) hold a stream, its headers and a
+// goroutine, and a caller that never sends its request holds them for
+// good: at most MaxPendingCalls at once (and as many again for tokens that
+// claim an allowed identity), each cut after pendingTimeout unless its
+// token passes first.
+const (
+	MaxPendingCalls = 16
+	pendingTimeout  = 10 * time.Second
+)
+
 // ReviewCacheTTL is how long an accepted review is kept: a token's next
 // calls within it cost no TokenReview, and its revocation shows within it.
 const ReviewCacheTTL = time.Minute
@@ -71,26 +88,34 @@ type Guard struct {
 	cache    *cache.LRUExpireCache
 	inflight singleflight.Group
 	// budget is for new tokens claiming an allowed identity, othersBudget
-	// for the rest.
-	budget, othersBudget *rate.Limiter
-	now                  func() time.Time
+	// for the rest; so are pending and othersPending, the places of calls
+	// whose caller is not known yet.
+	budget, othersBudget   *rate.Limiter
+	pending, othersPending *semaphore.Weighted
+	pendingTimeout         time.Duration
+	now                    func() time.Time
 	// keys, when set, are the cluster's signing keys: a token they do not
 	// verify is refused before review.
-	keys     *KeySet
-	denied   *prometheus.CounterVec
-	reviewed prometheus.Counter
+	keys *KeySet
+	// authenticated, when set, hears of every TCP call that passed.
+	authenticated func(context.Context)
+	denied        *prometheus.CounterVec
+	reviewed      prometheus.Counter
 }
 
 // New builds a guard that accepts tokens for audience whose user is one of
 // allowed (e.g. system:serviceaccount:nodeconfig-system:nodeconfig-reconciler).
 func New(reviews authenticationv1client.TokenReviewInterface, audience string, allowed []string, reg prometheus.Registerer) *Guard {
 	g := &Guard{
-		reviews:      reviews,
-		audience:     audience,
-		allowed:      allowed,
-		budget:       rate.NewLimiter(reviewRate, reviewBurst),
-		othersBudget: rate.NewLimiter(reviewRate, reviewBurst),
-		now:          time.Now,
+		reviews:        reviews,
+		audience:       audience,
+		allowed:        allowed,
+		budget:         rate.NewLimiter(reviewRate, reviewBurst),
+		othersBudget:   rate.NewLimiter(reviewRate, reviewBurst),
+		pending:        semaphore.NewWeighted(MaxPendingCalls),
+		othersPending:  semaphore.NewWeighted(MaxPendingCalls),
+		pendingTimeout: pendingTimeout,
+		now:            time.Now,
 		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeconfig_grpc_calls_refused_total",
 			Help: "gRPC calls refused by authentication (Unauthenticated), authorization (PermissionDenied) or the review budget (ResourceExhausted).",
@@ -115,6 +140,16 @@ func (g *Guard) WithKeys(k *KeySet) *Guard {
 	return g
 }
 
+// OnAuthenticated has f called with the context of every call over TCP
+// that the guard let through for its token (not a health Check, not the
+// socket).
+func (g *Guard) OnAuthenticated(f func(context.Context)) *Guard {
+	if g != nil {
+		g.authenticated = f
+	}
+	return g
+}
+
 type clockFunc func() time.Time
 
 func (f clockFunc) Now() time.Time { return f() }
@@ -124,8 +159,13 @@ func (f clockFunc) Now() time.Time { return f() }
 // blocks (it runs on the connection's reader).
 func (g *Guard) Tap() tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if g.trusted(ctx, info.FullMethodName) {
+		if g == nil || local(ctx) {
 			return ctx, nil
+		}
+		if info.FullMethodName == openMethod {
+			// Anyone may call it, so it holds a place as a call whose
+			// caller is not known.
+			return g.pend(ctx, g.othersPending)
 		}
 		token := bearer(info.Header)
 		if token == "" {
@@ -144,14 +184,54 @@ func (g *Guard) Tap() tap.ServerInHandle {
 		if refusal != "" {
 			return ctx, g.refuse(codes.Unauthenticated, "token refused for audience %q: %s", g.audience, refusal)
 		}
-		budget := g.othersBudget
+		budget, places := g.othersBudget, g.othersPending
 		if slices.Contains(g.allowed, claims.Subject) {
-			budget = g.budget
+			budget, places = g.budget, g.pending
+		}
+		ctx, err := g.pend(ctx, places)
+		if err != nil {
+			return ctx, err
 		}
 		if !budget.Allow() {
+			abandon(ctx)
 			return ctx, g.refuse(codes.ResourceExhausted, "too many new tokens to verify; retry later")
 		}
 		return ctx, nil
+	}
+}
+
+// pendingCall is a call holding a place until its caller is known.
+type pendingCall struct{ settle, cancel func() }
+
+type pendingKey struct{}
+
+// pend gives a call a place among places, until its stream ends, its token
+// passes (settle), or g.pendingTimeout passes, which ends the stream.
+func (g *Guard) pend(ctx context.Context, places *semaphore.Weighted) (context.Context, error) {
+	if !places.TryAcquire(1) {
+		return ctx, g.refuse(codes.ResourceExhausted, "too many calls whose caller is not known yet; retry later")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(g.pendingTimeout, cancel)
+	release := sync.OnceFunc(func() { places.Release(1) })
+	p := &pendingCall{settle: func() { timer.Stop(); release() }, cancel: cancel}
+	// gRPC cancels a stream's context when the stream ends, however.
+	context.AfterFunc(ctx, p.settle)
+	return context.WithValue(ctx, pendingKey{}, p), nil
+}
+
+// settle gives back the place of the call of ctx, if it holds one.
+func settle(ctx context.Context) {
+	if p, ok := ctx.Value(pendingKey{}).(*pendingCall); ok {
+		p.settle()
+	}
+}
+
+// abandon ends the context pend made for a call the tap then refuses (gRPC
+// does not end it), which gives its place back.
+func abandon(ctx context.Context) {
+	if p, ok := ctx.Value(pendingKey{}).(*pendingCall); ok {
+		p.cancel()
 	}
 }
 
@@ -180,11 +260,17 @@ type review struct {
 	refusal string // empty when the token is good for our audience
 }
 
-// trusted: no guard, a health call, or the node-local unix socket.
+// openMethod is the one call that needs no token over TCP: gRPC probes
+// cannot send one, and a Check ends at once (a Watch would not).
+const openMethod = "/grpc.health.v1.Health/Check"
+
+// trusted: no guard, a health Check, or the node-local unix socket.
 func (g *Guard) trusted(ctx context.Context, method string) bool {
-	if g == nil || strings.HasPrefix(method, "/grpc.health.v1.Health/") {
-		return true
-	}
+	return g == nil || method == openMethod || local(ctx)
+}
+
+// local: a call over the node-local unix socket.
+func local(ctx context.Context) bool {
 	p, ok := peer.FromContext(ctx)
 	return ok && p.Addr != nil && p.Addr.Network() == "unix"
 }
@@ -203,7 +289,14 @@ func (g *Guard) check(ctx context.Context, method string) error {
 		// Not the caller's fault and not cached: the next call asks again.
 		return status.Errorf(codes.Unavailable, "cannot verify the caller's token: %v", err)
 	}
-	return g.decide(r, method)
+	if err := g.decide(r, method); err != nil {
+		return err
+	}
+	settle(ctx)
+	if g.authenticated != nil {
+		g.authenticated(ctx)
+	}
+	return nil
 }
 
 // decide turns a review into the call's answer. The refusal does not list
@@ -236,28 +329,9 @@ func bearer(md metadata.MD) string {
 	return ""
 }
 
-// claims reads a token's claims and says why it can never pass here: not a
-// JWT, not for our audience, expired or not yet valid, or (where the
-// cluster's keys are known) not signed by them. The TokenReview decides the
-// rest.
+// claims reads a token's claims and says why it can never pass here.
 func (g *Guard) claims(token string) (jwt.Claims, string) {
-	var c jwt.Claims
-	if len(token) > MaxTokenBytes {
-		// Refused before it is decoded: a ServiceAccount token is about a
-		// kilobyte, and decoding costs what the caller chose to send.
-		return c, fmt.Sprintf("longer than %d bytes", MaxTokenBytes)
-	}
-	parsed, err := jwt.ParseSigned(token, tokenAlgorithms)
-	if err != nil {
-		return c, "not a signed JWT"
-	}
-	if err := parsed.UnsafeClaimsWithoutVerification(&c); err != nil {
-		return c, "unreadable claims"
-	}
-	if err := c.ValidateWithLeeway(jwt.Expected{AnyAudience: jwt.Audience{g.audience}, Time: g.now()}, time.Minute); err != nil {
-		return c, fmt.Sprintf("claims: %v", err)
-	}
-	return c, g.keys.verify(parsed)
+	return Prechecks{Audience: g.audience, Keys: g.keys, Now: g.now}.Check(token)
 }
 
 // review asks the API server about a token, once per token at a time, and

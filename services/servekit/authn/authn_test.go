@@ -129,6 +129,9 @@ func TestGuardDecidesByTransportTokenAndIdentity(t *testing.T) {
 		{"unix socket, no token", "unix", "", method, codes.OK},
 		{"tcp, no token", "tcp", "", method, codes.Unauthenticated},
 		{"tcp, health without token", "tcp", "", "/grpc.health.v1.Health/Check", codes.OK},
+		{"tcp, health Watch without token", "tcp", "", "/grpc.health.v1.Health/Watch", codes.Unauthenticated},
+		{"unix socket, health Watch without token", "unix", "", "/grpc.health.v1.Health/Watch", codes.OK},
+		{"tcp, health Watch of the reconciler", "tcp", mint(t, "reconciler", time.Hour, audience), "/grpc.health.v1.Health/Watch", codes.OK},
 		{"tcp, reconciler", "tcp", mint(t, "reconciler", time.Hour, audience), method, codes.OK},
 		{"tcp, not a JWT", "tcp", "garbage", method, codes.Unauthenticated},
 		{"tcp, refused by the API server", "tcp", mint(t, "forged", time.Hour, audience), method, codes.Unauthenticated},
@@ -163,6 +166,10 @@ func TestTapRefusesFromHeadersAloneWithoutReviews(t *testing.T) {
 		if got := status.Code(tapCall(g, tc.network, tc.token, method)); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	// A health Watch would hold its stream and headers: it needs a token.
+	if got := status.Code(tapCall(g, "tcp", "", "/grpc.health.v1.Health/Watch")); got != codes.Unauthenticated {
+		t.Errorf("a health Watch with no token: %v, want Unauthenticated", got)
 	}
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("the tap sent %d TokenReviews; it must send none", n)
@@ -304,4 +311,95 @@ func TestAnOversizedTokenIsRefusedUnread(t *testing.T) {
 	if calls.Load() != 0 {
 		t.Fatalf("%d TokenReviews for an oversized token", calls.Load())
 	}
+}
+
+// tapIn runs the tap on a stream context that ends with cancel, and
+// returns the context the stream then has.
+func tapIn(t *testing.T, g *Guard, token, method string) (context.Context, context.CancelFunc, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(over("tcp", token))
+	t.Cleanup(cancel)
+	md, _ := metadata.FromIncomingContext(ctx)
+	out, err := g.Tap()(ctx, &tap.Info{FullMethodName: method, Header: md})
+	return out, cancel, err
+}
+
+// Calls whose caller is not known yet (a health Check, a new token) hold
+// one of a few places until their stream ends, their token passes, or the
+// time runs out; tokens that claim an allowed identity have places of
+// their own.
+func TestCallsOfUnknownCallersHoldAFewPlaces(t *testing.T) {
+	g, _ := fakeReviews(t)
+	const check = "/grpc.health.v1.Health/Check"
+	var ends []context.CancelFunc
+	for i := range MaxPendingCalls {
+		_, end, err := tapIn(t, g, "", check)
+		if err != nil {
+			t.Fatalf("health Check %d: %v", i, err)
+		}
+		ends = append(ends, end)
+	}
+	if _, _, err := tapIn(t, g, "", check); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a health Check beyond the places: %v, want ResourceExhausted", err)
+	}
+	if _, _, err := tapIn(t, g, mint(t, "forged", time.Hour, audience), "/x/Y"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a new token of another identity beyond the places: %v, want ResourceExhausted", err)
+	}
+	// The reconciler's new token has places of its own; once it passes,
+	// its call no longer holds one, nor is it cut.
+	fresh := mint(t, reconciler, time.Hour, audience)
+	ctx, _, err := tapIn(t, g, fresh, "/x/Y")
+	if err != nil {
+		t.Fatalf("the reconciler's new token while the others' places are full: %v", err)
+	}
+	if err := g.check(ctx, "/x/Y"); err != nil {
+		t.Fatal(err)
+	}
+	if !g.pending.TryAcquire(MaxPendingCalls) {
+		t.Fatal("a call whose token passed still holds its place")
+	}
+	g.pending.Release(MaxPendingCalls)
+	// A stream that ends gives its place back.
+	ends[0]()
+	if err := waitFor(func() bool { _, _, err := tapIn(t, g, "", check); return err == nil }); err != nil {
+		t.Fatal("a place given back at a stream's end was not reused")
+	}
+}
+
+// A call whose caller is still unknown after pendingTimeout is cut.
+func TestACallOfAnUnknownCallerIsCutInTime(t *testing.T) {
+	g, _ := fakeReviews(t)
+	g.pendingTimeout = 50 * time.Millisecond
+	ctx, _, err := tapIn(t, g, "", "/grpc.health.v1.Health/Check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a health Check that never sent its request was not cut")
+	}
+	passed, _, err := tapIn(t, g, mint(t, "reconciler", time.Hour, audience), "/x/Y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.check(passed, "/x/Y"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-passed.Done():
+		t.Fatal("a call whose token passed was cut")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+func waitFor(cond func() bool) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
 }
