@@ -22,9 +22,13 @@ import (
 )
 
 // With the API server's priority and fairness on, as clusters run it, the
-// agents' requests are classified into the priority level deploy/ gives them,
-// and the reconciler's are not: the API server says which in each answer.
-func TestAgentsHaveTheirOwnPriorityLevel(t *testing.T) {
+// agents' requests are classified into the priority levels deploy/ gives
+// them, and the reconciler's are not: the API server says which in each
+// answer. The agents' reviews of their callers (the rollout's and the
+// metrics ports') and their reads of the signing keys have a level apart
+// from their Node patches and reads, so a flood of either cannot queue the
+// other.
+func TestAgentsHaveTheirOwnPriorityLevels(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{Dir: t.TempDir(), PriorityAndFairness: true})
@@ -42,32 +46,53 @@ func TestAgentsHaveTheirOwnPriorityLevel(t *testing.T) {
 	if _, err := c.Client.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	schema, err := c.Client.FlowcontrolV1().FlowSchemas().Get(ctx, "nodeconfig-agents", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	uids := func(name string) (schema, level types.UID) {
+		t.Helper()
+		s, err := c.Client.FlowcontrolV1().FlowSchemas().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := c.Client.FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.UID, l.UID
 	}
-	level, err := c.Client.FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, "nodeconfig-agents", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	agentSchema, agentLevel := uids("nodeconfig-agents")
+	reviewSchema, reviewLevel := uids("nodeconfig-agent-reviews")
 	agent := tokenClient(ctx, t, c, "nodeconfig-agent", "n1")
 	reconciler := tokenClient(ctx, t, c, "nodeconfig-reconciler", "")
+	const (
+		tokenReview = `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"not-a-token"}}`
+		statusPatch = `{"metadata":{"annotations":{"` + v1alpha1.NodeAnnotationConfigStatus + `":"{}"}}}`
+	)
 
-	// The API server loads a new FlowSchema within seconds.
+	// The API server loads new FlowSchemas within seconds.
 	var got classification
 	if err := proc.WaitFor(30*time.Second, func() (bool, error) {
-		got, err = classify(ctx, agent, http.MethodPatch, c.URL+"/api/v1/nodes/n1/status", `{"metadata":{"annotations":{"`+v1alpha1.NodeAnnotationConfigStatus+`":"{}"}}}`)
-		return got.schema == schema.UID, err
+		got, err = classify(ctx, agent, http.MethodPost, c.URL+"/apis/authentication.k8s.io/v1/tokenreviews", tokenReview)
+		return got.schema == reviewSchema, err
 	}); err != nil {
-		t.Fatalf("the agent's status patch went to FlowSchema %q, want nodeconfig-agents (%s): %v", got.schema, schema.UID, err)
+		t.Fatalf("the agent's TokenReview went to FlowSchema %q, want nodeconfig-agent-reviews (%s): %v", got.schema, reviewSchema, err)
 	}
-	if got.code != http.StatusOK || got.level != level.UID {
-		t.Fatalf("the agent's status patch: %d at priority level %q, want 200 at nodeconfig-agents (%s)", got.code, got.level, level.UID)
+	for _, r := range []struct {
+		what, method, path, body string
+		schema, level            types.UID
+	}{
+		{"TokenReview", http.MethodPost, "/apis/authentication.k8s.io/v1/tokenreviews", tokenReview, reviewSchema, reviewLevel},
+		{"SubjectAccessReview", http.MethodPost, "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+			`{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"u","nonResourceAttributes":{"path":"/metrics","verb":"get"}}}`, reviewSchema, reviewLevel},
+		{"read of the signing keys", http.MethodGet, "/openid/v1/jwks", "", reviewSchema, reviewLevel},
+		{"status patch", http.MethodPatch, "/api/v1/nodes/n1/status", statusPatch, agentSchema, agentLevel},
+		{"read of its Node", http.MethodGet, "/api/v1/nodes/n1", "", agentSchema, agentLevel},
+	} {
+		got, err := classify(ctx, agent, r.method, c.URL+r.path, r.body)
+		if err != nil || got.code >= 300 || got.schema != r.schema || got.level != r.level {
+			t.Errorf("the agent's %s: %d, FlowSchema %q, priority level %q (%v); want 2xx in %q, %q", r.what, got.code, got.schema, got.level, err, r.schema, r.level)
+		}
 	}
-	if got, err = classify(ctx, agent, http.MethodGet, c.URL+"/api/v1/nodes/n1", ""); err != nil || got.schema != schema.UID {
-		t.Fatalf("the agent's read went to FlowSchema %q (%v), want nodeconfig-agents", got.schema, err)
-	}
-	if got, err = classify(ctx, reconciler, http.MethodGet, c.URL+"/api/v1/nodes", ""); err != nil || got.schema == "" || got.schema == schema.UID || got.level == level.UID {
+	if got, err = classify(ctx, reconciler, http.MethodGet, c.URL+"/api/v1/nodes", ""); err != nil || got.schema == "" ||
+		got.schema == agentSchema || got.level == agentLevel || got.schema == reviewSchema || got.level == reviewLevel {
 		t.Fatalf("the reconciler's list went to FlowSchema %q, priority level %q (%v), want another than the agents'", got.schema, got.level, err)
 	}
 }
@@ -84,8 +109,11 @@ func classify(ctx context.Context, client *http.Client, method, url, body string
 	if err != nil {
 		return classification{}, err
 	}
-	if body != "" {
+	switch {
+	case method == http.MethodPatch:
 		req.Header.Set("Content-Type", "application/strategic-merge-patch+json")
+	case body != "":
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := client.Do(req)
 	if err != nil {
