@@ -182,13 +182,7 @@ func TestMetricsGuardDoesNotRememberAnAPIServerError(t *testing.T) {
 // another's signature) are refused with no review at all, and a reader
 // with a genuine token is served throughout.
 func TestJunkTokensAtTheMetricsPortCostNoReview(t *testing.T) {
-	cluster := newSigner(t, "cluster")
-	f := &fakeReviews{users: map[string]string{"reader": "reader"}, allowed: map[string]bool{"reader": true}}
-	h := f.guard(t, readKeys(t, cluster)).wrap(okHandler)
-	reader := "Bearer " + cluster.mint(t, "reader")
-	if got := get(h, "/metrics", reader); got != http.StatusOK {
-		t.Fatalf("the reader before the flood: %d", got)
-	}
+	cluster, f, h, reader := readerServed(t)
 	before := f.tokenReviews.Load() + f.accessReviews.Load()
 	stranger, impostor := newSigner(t, "stranger"), newSigner(t, "cluster")
 	expired := func() string {
@@ -227,13 +221,7 @@ func TestJunkTokensAtTheMetricsPortCostNoReview(t *testing.T) {
 // and a burst and a rate; beyond it they are answered 429 at once. A token
 // already reviewed is served throughout.
 func TestNewTokensAtTheMetricsPortAreReviewedWithinABudget(t *testing.T) {
-	cluster := newSigner(t, "cluster")
-	f := &fakeReviews{users: map[string]string{"reader": "reader"}, allowed: map[string]bool{"reader": true}}
-	h := f.guard(t, readKeys(t, cluster)).wrap(okHandler)
-	reader := "Bearer " + cluster.mint(t, "reader")
-	if got := get(h, "/metrics", reader); got != http.StatusOK {
-		t.Fatalf("the reader before the flood: %d", got)
-	}
+	cluster, f, h, reader := readerServed(t)
 	const flood = 200
 	tokens := make([]string, 2*flood)
 	for i := range tokens {
@@ -312,4 +300,18 @@ func TestUseClusterGivesEachSideItsOwnLimiter(t *testing.T) {
 	if got := metricsSide.QPS(); got != metricsClientQPS {
 		t.Fatalf("the metrics client allows %v requests a second, want %v", got, metricsClientQPS)
 	}
+}
+
+// readerServed is a metrics guard that checks tokens against the keys of a
+// cluster of its own, with a reader RBAC allows, already served once.
+func readerServed(t *testing.T) (cluster signer, f *fakeReviews, h http.Handler, reader string) {
+	t.Helper()
+	cluster = newSigner(t, "cluster")
+	f = &fakeReviews{users: map[string]string{"reader": "reader"}, allowed: map[string]bool{"reader": true}}
+	h = f.guard(t, readKeys(t, cluster)).wrap(okHandler)
+	reader = "Bearer " + cluster.mint(t, "reader")
+	if got := get(h, "/metrics", reader); got != http.StatusOK {
+		t.Fatalf("the reader before the flood: %d", got)
+	}
+	return cluster, f, h, reader
 }
