@@ -1,7 +1,7 @@
 package integration
 
 import (
-	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -12,7 +12,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
+	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/test/framework/proc"
@@ -101,13 +101,17 @@ func admissionPolicy(t *testing.T, file, name string) *admissionregistrationv1.V
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(root, "deploy", file))
+	f, err := os.Open(filepath.Join(root, "deploy", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+	defer f.Close()
+	docs := yaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
 		var p admissionregistrationv1.ValidatingAdmissionPolicy
-		if err := yaml.Unmarshal(doc, &p); err != nil {
+		if err := docs.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
 		if p.Kind == "ValidatingAdmissionPolicy" && p.Name == name {
