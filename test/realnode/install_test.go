@@ -527,9 +527,14 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 	}); err != nil {
 		t.Fatalf("the start guard did not put last-known-good back: %v", err)
 	}
-	log, err := os.ReadFile(filepath.Join(node.Logs, "exec-start-pre.log"))
-	if err != nil || !strings.Contains(string(log), "the agent records it as the trial's late error") {
-		t.Fatalf("guard log %q (%v); want its fallback line", log, err)
+	// The guard logs its fallback once the drop-in is back, so the line
+	// may trail the file by a moment.
+	if err := proc.WaitFor(30*time.Second, func() (bool, error) {
+		log, err := os.ReadFile(filepath.Join(node.Logs, "exec-start-pre.log"))
+		return err == nil && strings.Contains(string(log), "the agent records it as the trial's late error"),
+			fmt.Errorf("guard log %q (%v)", log, err)
+	}); err != nil {
+		t.Fatalf("%v; want its fallback line", err)
 	}
 	if node.Kubelet.Starts() < guardThreshold+1 {
 		t.Fatalf("%d kubelet starts since the boot; the guard falls back only past %d", node.Kubelet.Starts(), guardThreshold)
