@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
 	"path"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"nodeconfig.io/services/checkpointd/internal/consumer"
+	"nodeconfig.io/services/checkpointd/internal/nodehealth"
 )
 
 // consumerFlags say how this node's consumer of the file (the kubelet) is
@@ -16,6 +21,8 @@ type consumerFlags struct {
 	restart, pidFile, cgroup, exePath, proc, unit, healthURL, logFile, runtimeEndpoint string
 	healthTimeout, period                                                              time.Duration
 	failures                                                                           int
+	healthGates                                                                        bool
+	podsReadyTimeout                                                                   time.Duration
 }
 
 func (c *consumerFlags) register(fs *flag.FlagSet) {
@@ -30,6 +37,8 @@ func (c *consumerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.healthTimeout, "consumer-health-timeout", 2*time.Minute, "how long a restarted consumer has to become healthy before its config is rolled back")
 	fs.DurationVar(&c.period, "consumer-probe-period", 5*time.Second, "how often the consumer is probed through the soak")
 	fs.IntVar(&c.failures, "consumer-failure-threshold", 3, "failed probes in a row that make a healthy consumer unhealthy (and its config rolled back)")
+	fs.BoolVar(&c.healthGates, "health-gates", true, "with a consumer gate and --node-name: judge the node through each soak beyond the kubelet's healthz (its Node stays Ready and free of memory, disk and PID pressure; its pods Ready before the trial are Ready again within --health-pods-ready-timeout), roll back what fails, and hold the soak while the API server cannot be read")
+	fs.DurationVar(&c.podsReadyTimeout, "health-pods-ready-timeout", 3*time.Minute, "with --health-gates: how long after the kubelet's restart the node's pods that were Ready before it have to be Ready again")
 	fs.StringVar(&c.runtimeEndpoint, "consumer-runtime-endpoint", "", "the container runtime's CRI socket, as the kubelet's --container-runtime-endpoint (e.g. unix:///run/containerd/containerd.sock; mount it into the agent): before a failing consumer's config is rolled back the runtime is asked, and while it is not ready the node holds and blames nothing; empty: no check")
 }
 
@@ -49,8 +58,8 @@ func (c *consumerFlags) gate(log *slog.Logger) (*consumer.Gate, error) {
 	default:
 		return nil, fmt.Errorf("--consumer-restart %q: want none, signal or systemd", c.restart)
 	}
-	if c.healthTimeout <= 0 || c.period <= 0 || c.failures < 1 {
-		return nil, fmt.Errorf("--consumer-health-timeout and --consumer-probe-period must be positive and --consumer-failure-threshold at least 1")
+	if c.healthTimeout <= 0 || c.period <= 0 || c.failures < 1 || c.podsReadyTimeout <= 0 {
+		return nil, fmt.Errorf("--consumer-health-timeout, --consumer-probe-period and --health-pods-ready-timeout must be positive and --consumer-failure-threshold at least 1")
 	}
 	var rt consumer.Runtime
 	if c.runtimeEndpoint != "" {
@@ -79,4 +88,17 @@ func (c *consumerFlags) checkSignal() error {
 		return fmt.Errorf("--consumer-exe-path %q: want the executable's absolute path", c.exePath)
 	}
 	return nil
+}
+
+// startHealth starts the node's health gate (internal/nodehealth), reading
+// this node's Node and pods with restCfg's identity.
+func (c *consumerFlags) startHealth(ctx context.Context, restCfg *rest.Config, node string, log *slog.Logger) (consumer.Health, error) {
+	cfg := rest.CopyConfig(restCfg)
+	// Watches outlive any client timeout.
+	cfg.Timeout = 0
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return nodehealth.Start(ctx, nodehealth.Options{Kube: kube, Node: node, PodsReadyTimeout: c.podsReadyTimeout, Log: log})
 }

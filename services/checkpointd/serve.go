@@ -17,7 +17,8 @@ import (
 // SIGINT (servekit.Service).
 func (o *options) Run(p *servekit.Process) error {
 	var restCfg *rest.Config
-	if p.NeedsCluster() || o.servingCert.enabled() {
+	healthGates := o.consumer.restart != "none" && o.consumer.healthGates && o.servingCert.node != ""
+	if p.NeedsCluster() || o.servingCert.enabled() || healthGates {
 		// Reviews of its callers and its own certificate: the store never
 		// talks to the API server. A deadline: a slow API server must not
 		// hold calls open. Each guard gets a client-side limit of its own
@@ -26,7 +27,7 @@ func (o *options) Run(p *servekit.Process) error {
 		kube.QPS, kube.Burst = 10, 20
 		var err error
 		if restCfg, err = kube.Config("nodeconfig-checkpointd"); err != nil {
-			return fmt.Errorf("for --auth=token or --serving-cert-dir: %w", err)
+			return fmt.Errorf("for --auth=token, --serving-cert-dir or --health-gates: %w", err)
 		}
 		restCfg.Timeout = 10 * time.Second
 	}
@@ -56,6 +57,15 @@ func (o *options) Run(p *servekit.Process) error {
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if gate != nil && healthGates {
+		if gate.Health, err = o.consumer.startHealth(ctx, restCfg, o.servingCert.node, p.Log); err != nil {
+			return err
+		}
+	} else if gate != nil {
+		p.Log.Info("the health gates are off (--health-gates=false, or no --node-name): a config is judged by the kubelet's healthz alone")
+	}
 	o.installGuard(p.Log, gate != nil)
 	ckd, err := server.Open(server.Options{
 		StateDir: o.stateDir, TargetDir: o.targetDir, TargetFile: o.targetFile, KubeletConfig: o.kubeletConfig, NoSync: o.noFsync, Rules: o.rules,
@@ -68,8 +78,6 @@ func (o *options) Run(p *servekit.Process) error {
 	defer ckd.Close()
 	ckd.Register(srv.GRPC)
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	go ckd.RunGC(ctx, o.gcInterval, o.gcMinAge)
 	go ckd.RunConsumer(ctx)
 	go ckd.RunNodeFilesWatch(ctx, o.nodeFilesPeriod)

@@ -30,7 +30,7 @@ type servingCertFlags struct {
 func (f *servingCertFlags) register(fs *flag.FlagSet) {
 	f.fs = fs
 	fs.StringVar(&f.dir, "serving-cert-dir", "", "request this node's own serving certificate from the cluster (a CertificateSigningRequest the reconciler signs, naming --node-name alone), keep it with its key in this directory (memory-backed in the DaemonSet) and renew it before it expires; it is then --tls-cert-file and --tls-key-file, and nothing is served until it is issued (empty: --tls-cert-file and --tls-key-file, an operator's own)")
-	fs.StringVar(&f.node, "node-name", "", "this node's name, which the certificate of --serving-cert-dir carries")
+	fs.StringVar(&f.node, "node-name", "", "this node's name: the certificate of --serving-cert-dir carries it, and --health-gates watch its Node and its pods")
 	fs.StringVar(&f.ip, "serving-cert-ip", "", "this agent's Pod's address, which the certificate of --serving-cert-dir carries too, for metrics scrapers that dial it by address (the reconciler signs it only if it is the Pod's; empty: the name alone)")
 }
 

@@ -36,6 +36,17 @@ const (
 	// last-known-good back, and the agent records it at its start.
 	ReasonStartGuardFellBack = "StartGuardFellBack"
 
+	// ReasonHealthGateFailed is the late error of a config the kubelet runs
+	// healthy but the node does not: a health gate (the Node's Ready or
+	// pressure conditions, the node's pods Ready again) failed during its
+	// soak, and checkpointd rolled it back.
+	ReasonHealthGateFailed = "HealthGateFailed"
+
+	// HealthGatesHold begins the message of a WAITING consumer whose soak
+	// the health gates hold (they cannot judge yet): statusd shows it, and
+	// the gate reads it back.
+	HealthGatesHold = "the health gates hold the soak: "
+
 	// ReasonNodeFilesUnreadable is the early error of a node whose own
 	// kubelet files (its --config file, its other drop-ins) cannot be read
 	// or decoded: it says nothing of the config, so nothing rolls back and

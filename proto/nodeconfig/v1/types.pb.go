@@ -827,7 +827,12 @@ type ConsumerRecord struct {
 	// seen_healthy is the last time a probe found the consumer healthy in this
 	// HEALTHY phase, written every few probes: what a crash or a reboot keeps
 	// of the phase.
-	SeenHealthy   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=seen_healthy,json=seenHealthy,proto3" json:"seen_healthy,omitempty"`
+	SeenHealthy *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=seen_healthy,json=seenHealthy,proto3" json:"seen_healthy,omitempty"`
+	// ready_before is what the health gates judge the trial's pods against:
+	// the node's pods that were Running and Ready when the consumer was
+	// restarted onto this config. Unset: not taken (no gate, or the API
+	// server could not be read then), and the pods are not judged.
+	ReadyBefore   *PodSnapshot `protobuf:"bytes,7,opt,name=ready_before,json=readyBefore,proto3" json:"ready_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -904,6 +909,68 @@ func (x *ConsumerRecord) GetSeenHealthy() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ConsumerRecord) GetReadyBefore() *PodSnapshot {
+	if x != nil {
+		return x.ReadyBefore
+	}
+	return nil
+}
+
+// PodSnapshot names pods of the node at a moment.
+type PodSnapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Taken *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=taken,proto3" json:"taken,omitempty"`
+	// pods are "namespace/name/uid": a pod of the same name but another uid
+	// is a replacement its owner made, not the one that was ready.
+	Pods          []string `protobuf:"bytes,2,rep,name=pods,proto3" json:"pods,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodSnapshot) Reset() {
+	*x = PodSnapshot{}
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodSnapshot) ProtoMessage() {}
+
+func (x *PodSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodSnapshot.ProtoReflect.Descriptor instead.
+func (*PodSnapshot) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PodSnapshot) GetTaken() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Taken
+	}
+	return nil
+}
+
+func (x *PodSnapshot) GetPods() []string {
+	if x != nil {
+		return x.Pods
+	}
+	return nil
+}
+
 // NodeConfigStatus is the NodeConfigStatus of the Kubernetes core API, as the
 // node reports it.
 type NodeConfigStatus struct {
@@ -923,7 +990,7 @@ type NodeConfigStatus struct {
 
 func (x *NodeConfigStatus) Reset() {
 	*x = NodeConfigStatus{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1002,7 @@ func (x *NodeConfigStatus) String() string {
 func (*NodeConfigStatus) ProtoMessage() {}
 
 func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1015,7 @@ func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfigStatus.ProtoReflect.Descriptor instead.
 func (*NodeConfigStatus) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeConfigStatus) GetAssigned() *ConfigSource {
@@ -1030,14 +1097,18 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12!\n" +
 	"\fsoak_seconds\x18\x03 \x01(\x03R\vsoakSeconds\x12\x1f\n" +
 	"\vnode_config\x18\x04 \x01(\tR\n" +
-	"nodeConfig\"\xc6\x02\n" +
+	"nodeConfig\"\x85\x03\n" +
 	"\x0eConsumerRecord\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x122\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x1c.nodeconfig.v1.ConsumerPhaseR\x05phase\x120\n" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12@\n" +
 	"\x0ehealthy_before\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rhealthyBefore\x12=\n" +
-	"\fseen_healthy\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vseenHealthy\"\xdb\x01\n" +
+	"\fseen_healthy\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vseenHealthy\x12=\n" +
+	"\fready_before\x18\a \x01(\v2\x1a.nodeconfig.v1.PodSnapshotR\vreadyBefore\"S\n" +
+	"\vPodSnapshot\x120\n" +
+	"\x05taken\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05taken\x12\x12\n" +
+	"\x04pods\x18\x02 \x03(\tR\x04pods\"\xdb\x01\n" +
 	"\x10NodeConfigStatus\x127\n" +
 	"\bassigned\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\bassigned\x123\n" +
 	"\x06active\x18\x02 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06active\x12C\n" +
@@ -1074,7 +1145,7 @@ func file_nodeconfig_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_nodeconfig_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(Validator)(0),                // 0: nodeconfig.v1.Validator
 	(ErrorPhase)(0),               // 1: nodeconfig.v1.ErrorPhase
@@ -1088,19 +1159,20 @@ var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(*FailedVersion)(nil),         // 9: nodeconfig.v1.FailedVersion
 	(*ResetRecord)(nil),           // 10: nodeconfig.v1.ResetRecord
 	(*ConsumerRecord)(nil),        // 11: nodeconfig.v1.ConsumerRecord
-	(*NodeConfigStatus)(nil),      // 12: nodeconfig.v1.NodeConfigStatus
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(*PodSnapshot)(nil),           // 12: nodeconfig.v1.PodSnapshot
+	(*NodeConfigStatus)(nil),      // 13: nodeconfig.v1.NodeConfigStatus
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
 }
 var file_nodeconfig_v1_types_proto_depIdxs = []int32{
 	1,  // 0: nodeconfig.v1.ConfigError.phase:type_name -> nodeconfig.v1.ErrorPhase
 	3,  // 1: nodeconfig.v1.AssignedRecord.source:type_name -> nodeconfig.v1.ConfigSource
 	0,  // 2: nodeconfig.v1.AssignedRecord.validator:type_name -> nodeconfig.v1.Validator
-	13, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
+	14, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
 	3,  // 4: nodeconfig.v1.SourceRecord.source:type_name -> nodeconfig.v1.ConfigSource
-	13, // 5: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
+	14, // 5: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: nodeconfig.v1.ErrorRecord.error:type_name -> nodeconfig.v1.ConfigError
-	13, // 7: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
+	14, // 7: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
 	5,  // 8: nodeconfig.v1.Records.assigned:type_name -> nodeconfig.v1.AssignedRecord
 	6,  // 9: nodeconfig.v1.Records.active:type_name -> nodeconfig.v1.SourceRecord
 	6,  // 10: nodeconfig.v1.Records.last_known_good:type_name -> nodeconfig.v1.SourceRecord
@@ -1111,22 +1183,24 @@ var file_nodeconfig_v1_types_proto_depIdxs = []int32{
 	3,  // 15: nodeconfig.v1.FailedVersion.source:type_name -> nodeconfig.v1.ConfigSource
 	0,  // 16: nodeconfig.v1.FailedVersion.validator:type_name -> nodeconfig.v1.Validator
 	4,  // 17: nodeconfig.v1.FailedVersion.error:type_name -> nodeconfig.v1.ConfigError
-	13, // 18: nodeconfig.v1.FailedVersion.at:type_name -> google.protobuf.Timestamp
+	14, // 18: nodeconfig.v1.FailedVersion.at:type_name -> google.protobuf.Timestamp
 	3,  // 19: nodeconfig.v1.ResetRecord.from:type_name -> nodeconfig.v1.ConfigSource
-	13, // 20: nodeconfig.v1.ResetRecord.at:type_name -> google.protobuf.Timestamp
+	14, // 20: nodeconfig.v1.ResetRecord.at:type_name -> google.protobuf.Timestamp
 	3,  // 21: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
 	2,  // 22: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
-	13, // 23: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
-	14, // 24: nodeconfig.v1.ConsumerRecord.healthy_before:type_name -> google.protobuf.Duration
-	13, // 25: nodeconfig.v1.ConsumerRecord.seen_healthy:type_name -> google.protobuf.Timestamp
-	3,  // 26: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 27: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 28: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	14, // 23: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
+	15, // 24: nodeconfig.v1.ConsumerRecord.healthy_before:type_name -> google.protobuf.Duration
+	14, // 25: nodeconfig.v1.ConsumerRecord.seen_healthy:type_name -> google.protobuf.Timestamp
+	12, // 26: nodeconfig.v1.ConsumerRecord.ready_before:type_name -> nodeconfig.v1.PodSnapshot
+	14, // 27: nodeconfig.v1.PodSnapshot.taken:type_name -> google.protobuf.Timestamp
+	3,  // 28: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 29: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 30: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_types_proto_init() }
@@ -1140,7 +1214,7 @@ func file_nodeconfig_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodeconfig_v1_types_proto_rawDesc), len(file_nodeconfig_v1_types_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

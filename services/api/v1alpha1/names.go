@@ -18,7 +18,7 @@ const (
 // Reasons of a Node's NodeConfigReady condition, one per lifecycle state.
 // The condition also carries the reason of an error the node's records hold:
 // one below, or one of the node's own (records.ReasonWriteFailed,
-// ReasonConsumerUnhealthy, ReasonStartGuardFellBack, which checkpointd
+// ReasonConsumerUnhealthy, ReasonStartGuardFellBack, ReasonHealthGateFailed, which checkpointd
 // records, defined beside the protobuf contract in
 // nodeconfig.io/proto/nodeconfig/records).
 const (

@@ -24,6 +24,12 @@ type Lifecycle interface {
 	// SeenHealthy records that the consumer was seen healthy on src, the
 	// active config, in its HEALTHY phase.
 	SeenHealthy(src *nodeconfigv1.ConfigSource) error
+	// SetReadyBefore records the pods that were ready before the consumer
+	// was restarted onto src, once per trial.
+	SetReadyBefore(src *nodeconfigv1.ConfigSource, pods []string) (bool, error)
+	// RollBackHealth makes last-known-good active after a health gate
+	// failed on src, a late error of its own reason.
+	RollBackHealth(src *nodeconfigv1.ConfigSource, message string) (bool, error)
 }
 
 // Gate restarts the consumer whenever the active config changes, waits for
@@ -44,6 +50,10 @@ type Gate struct {
 	// not ready the gate holds, and the consumer's time starts over once it
 	// is.
 	Runtime Runtime
+	// Health, when set, judges the node through the soak beyond the
+	// consumer's probe (its conditions, its pods): a failure rolls the
+	// config back, and where it cannot judge the soak holds.
+	Health Health
 	// HealthTimeout is how long a restarted consumer has to become healthy.
 	HealthTimeout time.Duration
 	// Period is how often it is probed.
@@ -71,6 +81,8 @@ type Gate struct {
 	started bool
 	// seenWritten is when the consumer was last written down as seen healthy.
 	seenWritten time.Time
+	// gateFailures are the health gates' failed looks in a row.
+	gateFailures int
 }
 
 // Messages of a WAITING consumer that the gate reads back, so that an agent
@@ -177,6 +189,8 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		*failures = 0
 		g.seen = nil
 		g.healthy = ""
+		g.gateFailures = 0
+		g.takeReadyPods(active, recs)
 		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", records.Describe(active))
 		if err := g.restart(ctx); err != nil {
 			g.Log.Error("restart the consumer", "err", err)
@@ -190,8 +204,9 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		if healthy {
 			g.seen = nil
 			g.healthy, _ = g.instance()
-			_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, detail)
-			return g.retry(err)
+			// The health gates may hold the soak from its start: pods are
+			// Ready again a while after the kubelet is.
+			return g.onVerdict(active, c.GetPhase(), g.judge(recs), detail)
 		}
 		switch msg := c.GetMessage(); {
 		case strings.HasPrefix(msg, runtimeNotReady):
@@ -231,6 +246,9 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			*failures = 0
 			if g.healthy == "" {
 				g.healthy, _ = g.instance()
+			}
+			if wait := g.onVerdict(active, c.GetPhase(), g.judge(recs), detail); wait >= 0 {
+				return wait
 			}
 			g.noteSeenHealthy(active, recs)
 			return g.Period

@@ -39,13 +39,34 @@ func (f *fakeNode) SetConsumer(s *nodeconfigv1.ConfigSource, phase nodeconfigv1.
 	if !records.SameSource(s, f.recs.GetActive().GetSource()) {
 		return false, nil
 	}
-	f.recs.Consumer = &nodeconfigv1.ConsumerRecord{Source: s, Phase: phase, Since: timestamppb.Now(), Message: message}
+	next := &nodeconfigv1.ConsumerRecord{Source: s, Phase: phase, Since: timestamppb.Now(), Message: message}
+	if prev := f.recs.GetConsumer(); records.SameSource(prev.GetSource(), s) {
+		next.ReadyBefore = prev.GetReadyBefore()
+	}
+	f.recs.Consumer = next
+	return true, nil
+}
+
+func (f *fakeNode) SetReadyBefore(s *nodeconfigv1.ConfigSource, pods []string) (bool, error) {
+	c := f.recs.GetConsumer()
+	if !records.SameSource(c.GetSource(), s) || c.GetReadyBefore() != nil {
+		return false, nil
+	}
+	c.ReadyBefore = &nodeconfigv1.PodSnapshot{Taken: timestamppb.Now(), Pods: pods}
 	return true, nil
 }
 
 func (f *fakeNode) SeenHealthy(*nodeconfigv1.ConfigSource) error { return nil }
 
 func (f *fakeNode) RollBack(s *nodeconfigv1.ConfigSource, message string) (bool, error) {
+	return f.rollBack(s, records.ReasonConsumerUnhealthy, message)
+}
+
+func (f *fakeNode) RollBackHealth(s *nodeconfigv1.ConfigSource, message string) (bool, error) {
+	return f.rollBack(s, records.ReasonHealthGateFailed, message)
+}
+
+func (f *fakeNode) rollBack(s *nodeconfigv1.ConfigSource, reason, message string) (bool, error) {
 	lkg := f.recs.GetLastKnownGood()
 	if records.SameSource(s, lkg.GetSource()) {
 		f.lkgRollbacks = append(f.lkgRollbacks, message)
@@ -55,7 +76,7 @@ func (f *fakeNode) RollBack(s *nodeconfigv1.ConfigSource, message string) (bool,
 	}
 	f.rollbacks = append(f.rollbacks, message)
 	f.recs.Active = lkg
-	f.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "ConsumerUnhealthy", Message: message}}
+	f.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: reason, Message: message}}
 	f.recs.Consumer = &nodeconfigv1.ConsumerRecord{Source: lkg.GetSource(), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, Since: timestamppb.Now()}
 	return true, nil
 }

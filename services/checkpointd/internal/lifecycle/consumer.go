@@ -36,6 +36,7 @@ func (c ConsumerNode) SetConsumer(src *nodeconfigv1.ConfigSource, phase nodeconf
 		next := &nodeconfigv1.ConsumerRecord{Source: src, Phase: phase, Since: now, Message: message}
 		if proto.Equal(prev.GetSource(), src) {
 			next.HealthyBefore = durationpb.New(healthyBefore(prev))
+			next.ReadyBefore = prev.GetReadyBefore()
 		}
 		if phase == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY {
 			next.SeenHealthy = now
@@ -79,10 +80,39 @@ func (c ConsumerNode) SeenHealthy(src *nodeconfigv1.ConfigSource) error {
 	return err
 }
 
+// SetReadyBefore records, once per trial, the pods that were ready before
+// the consumer was restarted onto src; false when src is no longer what the
+// consumer is restarting onto, or they were recorded already.
+func (c ConsumerNode) SetReadyBefore(src *nodeconfigv1.ConfigSource, pods []string) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ok := false
+	_, err := c.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		cur := r.GetConsumer()
+		if !proto.Equal(r.GetActive().GetSource(), src) || !proto.Equal(cur.GetSource(), src) || cur.GetReadyBefore() != nil {
+			return false, nil
+		}
+		ok = true
+		cur.ReadyBefore = &nodeconfigv1.PodSnapshot{Taken: now, Pods: pods}
+		return true, nil
+	})
+	return ok, err
+}
+
 // RollBack makes last-known-good active because the consumer does not run
 // src healthy: a late error, as a config that fails to load. When src is
 // last-known-good, the node falls back to its local default.
 func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, message string) (bool, error) {
+	return c.rollBack(src, records.ReasonConsumerUnhealthy, message)
+}
+
+// RollBackHealth makes last-known-good active because a health gate failed
+// on src while the consumer ran it healthy: a late error of its own reason.
+func (c ConsumerNode) RollBackHealth(src *nodeconfigv1.ConfigSource, message string) (bool, error) {
+	return c.rollBack(src, records.ReasonHealthGateFailed, message)
+}
+
+func (c ConsumerNode) rollBack(src *nodeconfigv1.ConfigSource, reason, message string) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	recs, err := c.store.Records()
@@ -93,7 +123,7 @@ func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, message string) (
 	if src == nil || !proto.Equal(recs.GetActive().GetSource(), src) {
 		return false, nil
 	}
-	if _, err := c.rollBackLocked(records.ReasonConsumerUnhealthy, message, src); err != nil {
+	if _, err := c.rollBackLocked(reason, message, src); err != nil {
 		return false, err
 	}
 	return true, nil

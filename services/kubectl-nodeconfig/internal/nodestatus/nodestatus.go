@@ -61,6 +61,7 @@ var meanings = map[string]string{
 	v1alpha1.NodeReasonActive:                 "the assigned config is active and last-known-good",
 	v1alpha1.NodeReasonRolledBack:             "the assigned config failed to load or validate; last-known-good is active",
 	records.ReasonConsumerUnhealthy:           "the kubelet did not come back healthy on the assigned config, or turned unhealthy during its soak; last-known-good is active",
+	records.ReasonHealthGateFailed:            "the kubelet ran the assigned config healthy, but the node did not (not Ready, under pressure, or its pods not Ready again); last-known-good is active",
 	v1alpha1.NodeReasonDownloadFailed:         "the node could not download the assigned config; it retries with backoff and nothing rolled back",
 	v1alpha1.NodeReasonCheckpointFailed:       "the node could not checkpoint the assigned config; it retries with backoff and nothing rolled back",
 	records.ReasonWriteFailed:                 "the node could not write the config file (a read-only or full disk); it retries with backoff and nothing rolled back",

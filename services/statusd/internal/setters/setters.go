@@ -7,6 +7,7 @@ package setters
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -103,7 +104,7 @@ func ReadyCondition(read RecordsFunc) metav1.Condition {
 	switch {
 	case cfgErr.GetPhase() == nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE:
 		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.NodeReasonRolledBack
-		if r := cfgErr.GetReason(); r == records.ReasonConsumerUnhealthy || r == records.ReasonStartGuardFellBack {
+		if r := cfgErr.GetReason(); r == records.ReasonConsumerUnhealthy || r == records.ReasonStartGuardFellBack || r == records.ReasonHealthGateFailed {
 			// The kubelet's own failure on the config: its reason says so.
 			c.Reason = r
 		}
@@ -124,6 +125,9 @@ func ReadyCondition(read RecordsFunc) metav1.Condition {
 			c.Reason = v1alpha1.NodeReasonWaitingForHealth
 			c.Message = fmt.Sprintf("%s is active; the consumer was restarted onto it at %s and is not healthy yet; the soak begins when it is",
 				records.Describe(assigned.GetSource()), cr.GetSince().AsTime().UTC().Format(time.RFC3339))
+			if strings.HasPrefix(cr.GetMessage(), records.HealthGatesHold) {
+				c.Message = fmt.Sprintf("%s is active and the kubelet healthy on it; %s", records.Describe(assigned.GetSource()), cr.GetMessage())
+			}
 		}
 	case recs.GetConsumer().GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY &&
 		records.SameSource(recs.GetConsumer().GetSource(), recs.GetActive().GetSource()):
