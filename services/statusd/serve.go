@@ -44,7 +44,7 @@ func (o *options) Run(p *servekit.Process) error {
 	sd, err := server.New(server.Options{
 		Client: client, NodeName: o.nodeName,
 		Checkpointd: nodeconfigv1.NewCheckpointServiceClient(conn), Target: o.checkpointd,
-		StateFile: o.stateFile, SyncPeriod: o.syncPeriod, Registerer: srv.Registry, Log: p.Log,
+		StateFile: o.stateFile, SyncPeriod: o.syncPeriod, Registerer: srv.Registry, Log: p.Log, TellRollbacks: o.tellRollbacks,
 	})
 	if err != nil {
 		return err

@@ -58,7 +58,9 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 		{agent, "list configmaps -A", false},
 		{agent, "update nodeconfigs.nodeconfig.io", false},
 		{agent, "create pods -n nodeconfig-system", false},
-		{agent, "create events", false},
+		{agent, "create events", true}, // held to its own Node by nodeconfig-agent-own-events
+		{agent, "list pods -A", true},  // the health gate asks for its own node's
+		{agent, "get validatingadmissionpolicies/nodeconfig-agent-own-events", true},
 		{agent, "create tokenreviews.authentication.k8s.io", true},
 		{agent, "create serviceaccounts/token -n nodeconfig-system", false},
 		{agent, "get validatingadmissionpolicies/nodeconfig-agent-own-node", true},

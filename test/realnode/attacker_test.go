@@ -82,7 +82,25 @@ func attackWithTheAgentsToken(ctx context.Context, t *testing.T) {
 			t.Errorf("the agent's token changed %s of its Node", what)
 		}
 	}
+	event := func(ns string, about corev1.ObjectReference) error {
+		_, err := attacker.CoreV1().Events(ns).Create(ctx, &corev1.Event{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "forged-"}, InvolvedObject: about, Type: corev1.EventTypeWarning, Reason: "X", Message: "forged",
+		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	if err := event("default", corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: realnode.NodeName}); err != nil {
+		t.Errorf("the agent's token cannot record an Event about its own Node: %v", err)
+	}
 	for what, try := range map[string]func() error{
+		"record an Event about another Node": func() error {
+			return event("default", corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: other.Name})
+		},
+		"record an Event about a Pod": func() error {
+			return event(namespace, corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: "nodeconfig-reconciler"})
+		},
+		"record an Event about its Node elsewhere": func() error {
+			return event(namespace, corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: realnode.NodeName})
+		},
 		"list Secrets": func() error {
 			_, err := attacker.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
 			return err

@@ -36,7 +36,7 @@ const (
 // its cgroup is never signalled and never counts as the kubelet (which would
 // hold its restarts or fake a crash loop).
 func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	client := node.Cluster.Client
 	work := t.TempDir()
@@ -159,6 +159,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 
 	outsideKillAndRuntimeDown(ctx, t, work)
 	startGuardWithoutAgent(ctx, t, work)
+	healthGatesRollBack(ctx, t, work)
 	// The power cut restarted every container once: counted from here.
 	restartsAfterBoot := containerRestarts(ctx, t)
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -57,17 +58,20 @@ func describe(kind, name string, err error) error {
 	return fmt.Errorf("check %s %s: %w", kind, name, err)
 }
 
-// AtStart is Require for a service's start, with the flag's name in the
-// error; an empty name is a choice to run without the check, logged.
-func AtStart(log *slog.Logger, c admissionclient.AdmissionregistrationV1Interface, name string) error {
-	if name == "" {
+// AtStart is Require for a service's start, of each of names (a
+// comma-separated list), with the flag's name in the error; an empty list
+// is a choice to run without the check, logged.
+func AtStart(log *slog.Logger, c admissionclient.AdmissionregistrationV1Interface, names string) error {
+	if names == "" {
 		log.Warn("not checking that an admission policy confines this service (--admission-policy is empty)")
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := Require(ctx, c, name); err != nil {
-		return fmt.Errorf("--admission-policy: %w", err)
+	for _, name := range strings.Split(names, ",") {
+		if err := Require(ctx, c, strings.TrimSpace(name)); err != nil {
+			return fmt.Errorf("--admission-policy: %w", err)
+		}
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/statusd/internal/grpcapi"
+	"nodeconfig.io/services/statusd/internal/nodeevents"
 	"nodeconfig.io/services/statusd/internal/nodesync"
 	"nodeconfig.io/services/statusd/internal/recordwatch"
 	"nodeconfig.io/services/statusd/internal/reports"
@@ -35,6 +36,9 @@ type Options struct {
 	SyncPeriod time.Duration
 	Registerer prometheus.Registerer // nil: no metrics
 	Log        *slog.Logger
+	// TellRollbacks records an Event on the Node for each rollback the
+	// node does by itself (internal/nodeevents).
+	TellRollbacks bool
 }
 
 // Statusd is one node's status pipeline.
@@ -42,6 +46,8 @@ type Statusd struct {
 	follower *recordwatch.Follower
 	syncer   *nodesync.Syncer
 	api      *grpcapi.Service
+	teller   *nodeevents.Teller
+	changed  chan struct{}
 	log      *slog.Logger
 }
 
@@ -51,8 +57,17 @@ func New(o Options) (*Statusd, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Statusd{log: o.Log}
-	s.follower = recordwatch.New(o.Checkpointd, o.Target, o.Log, func() { s.syncer.Trigger() })
+	s := &Statusd{log: o.Log, changed: make(chan struct{}, 1)}
+	if o.TellRollbacks {
+		s.teller = &nodeevents.Teller{Client: o.Client, Node: o.NodeName, Log: o.Log}
+	}
+	s.follower = recordwatch.New(o.Checkpointd, o.Target, o.Log, func() {
+		s.syncer.Trigger()
+		select {
+		case s.changed <- struct{}{}:
+		default:
+		}
+	})
 	chain := func() []setters.Named {
 		list := []setters.Named{
 			{Name: "ConfigStatus", Builtin: true, Set: setters.ConfigStatus(s.follower.Records)},
@@ -80,9 +95,26 @@ func (s *Statusd) Register(g *grpc.Server) { nodeconfigv1.RegisterStatusServiceS
 // cannot go on.
 func (s *Statusd) Run(ctx context.Context) error {
 	go s.follower.Run(ctx)
+	if s.teller != nil {
+		go s.tellRollbacks(ctx)
+	}
 	err := s.syncer.Run(ctx)
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
+}
+
+// tellRollbacks tells of the node's own rollbacks as its records change.
+func (s *Statusd) tellRollbacks(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.changed:
+		}
+		if recs, err := s.follower.Records(); err == nil {
+			s.teller.Observe(ctx, recs)
+		}
+	}
 }
