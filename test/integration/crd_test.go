@@ -35,6 +35,10 @@ func TestInvalidNodeConfigIsRefusedByTheAPIServer(t *testing.T) {
 		"window time":       {"nodeSelector: {}\nrollout: {windows: [{start: '25:00', end: '02:00'}]}", "should match"},
 		"empty window":      {"nodeSelector: {}\nrollout: {windows: [{start: '02:00', end: '02:00'}]}", "start and end must differ"},
 		"negative failures": {"nodeSelector: {}\nrollout: {maxFailures: -1}", "spec.rollout.maxFailures"},
+		"prometheus no url": {"nodeSelector: {}\nhealth: {prometheus: {url: 'not a url', query: up}}", "url must be an http or https URL"},
+		"prometheus file":   {"nodeSelector: {}\nhealth: {prometheus: {url: 'file:///etc/passwd', query: up}}", "url must be an http or https URL"},
+		"prometheus query":  {"nodeSelector: {}\nhealth: {prometheus: {url: 'http://127.0.0.1:9090'}}", "spec.health.prometheus.query: Required value"},
+		"condition status":  {"nodeSelector: {}\nhealth: {conditions: [{type: KernelDeadlock, status: Maybe}]}", `Unsupported value: "Maybe"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			doc := "apiVersion: nodeconfig.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: invalid}\nspec:\n  " + strings.ReplaceAll(tc.spec, "\n", "\n  ") + "\n"

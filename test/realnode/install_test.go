@@ -160,6 +160,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	outsideKillAndRuntimeDown(ctx, t, work)
 	startGuardWithoutAgent(ctx, t, work)
 	healthGatesRollBack(ctx, t, work)
+	prometheusGate(ctx, t, work)
 	// The power cut restarted every container once: counted from here.
 	restartsAfterBoot := containerRestarts(ctx, t)
 

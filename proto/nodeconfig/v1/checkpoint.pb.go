@@ -644,7 +644,9 @@ type SetAssignedRequest struct {
 	Validator Validator `protobuf:"varint,3,opt,name=validator,proto3,enum=nodeconfig.v1.Validator" json:"validator,omitempty"`
 	// node_config is the NodeConfig that assigns it (recorded with it, so that
 	// the node says which NodeConfig it follows whoever leads the reconcilers).
-	NodeConfig    string `protobuf:"bytes,4,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
+	NodeConfig string `protobuf:"bytes,4,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
+	// health names the gates beyond the node's default that judge the trial.
+	Health        *HealthGates `protobuf:"bytes,5,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -705,6 +707,13 @@ func (x *SetAssignedRequest) GetNodeConfig() string {
 		return x.NodeConfig
 	}
 	return ""
+}
+
+func (x *SetAssignedRequest) GetHealth() *HealthGates {
+	if x != nil {
+		return x.Health
+	}
+	return nil
 }
 
 // SetAssignedResponse holds the records after the change.
@@ -1486,13 +1495,14 @@ const file_nodeconfig_v1_checkpoint_proto_rawDesc = "" +
 	"\x18DeleteCheckpointResponse\"\x13\n" +
 	"\x11GetRecordsRequest\"F\n" +
 	"\x12GetRecordsResponse\x120\n" +
-	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\xc5\x01\n" +
+	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\xf9\x01\n" +
 	"\x12SetAssignedRequest\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x12!\n" +
 	"\fsoak_seconds\x18\x02 \x01(\x03R\vsoakSeconds\x126\n" +
 	"\tvalidator\x18\x03 \x01(\x0e2\x18.nodeconfig.v1.ValidatorR\tvalidator\x12\x1f\n" +
 	"\vnode_config\x18\x04 \x01(\tR\n" +
-	"nodeConfig\"G\n" +
+	"nodeConfig\x122\n" +
+	"\x06health\x18\x05 \x01(\v2\x1a.nodeconfig.v1.HealthGatesR\x06health\"G\n" +
 	"\x13SetAssignedResponse\x120\n" +
 	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\x11\n" +
 	"\x0fActivateRequest\"~\n" +
@@ -1598,7 +1608,8 @@ var file_nodeconfig_v1_checkpoint_proto_goTypes = []any{
 	(*timestamppb.Timestamp)(nil),        // 31: google.protobuf.Timestamp
 	(*Records)(nil),                      // 32: nodeconfig.v1.Records
 	(Validator)(0),                       // 33: nodeconfig.v1.Validator
-	(*ConfigError)(nil),                  // 34: nodeconfig.v1.ConfigError
+	(*HealthGates)(nil),                  // 34: nodeconfig.v1.HealthGates
+	(*ConfigError)(nil),                  // 35: nodeconfig.v1.ConfigError
 }
 var file_nodeconfig_v1_checkpoint_proto_depIdxs = []int32{
 	30, // 0: nodeconfig.v1.CheckpointInfo.source:type_name -> nodeconfig.v1.ConfigSource
@@ -1612,47 +1623,48 @@ var file_nodeconfig_v1_checkpoint_proto_depIdxs = []int32{
 	32, // 8: nodeconfig.v1.GetRecordsResponse.records:type_name -> nodeconfig.v1.Records
 	30, // 9: nodeconfig.v1.SetAssignedRequest.source:type_name -> nodeconfig.v1.ConfigSource
 	33, // 10: nodeconfig.v1.SetAssignedRequest.validator:type_name -> nodeconfig.v1.Validator
-	32, // 11: nodeconfig.v1.SetAssignedResponse.records:type_name -> nodeconfig.v1.Records
-	0,  // 12: nodeconfig.v1.ActivateResponse.outcome:type_name -> nodeconfig.v1.ActivateOutcome
-	32, // 13: nodeconfig.v1.ActivateResponse.records:type_name -> nodeconfig.v1.Records
-	30, // 14: nodeconfig.v1.PromoteLastKnownGoodRequest.source:type_name -> nodeconfig.v1.ConfigSource
-	32, // 15: nodeconfig.v1.PromoteLastKnownGoodResponse.records:type_name -> nodeconfig.v1.Records
-	34, // 16: nodeconfig.v1.SetErrorRequest.error:type_name -> nodeconfig.v1.ConfigError
-	32, // 17: nodeconfig.v1.SetErrorResponse.records:type_name -> nodeconfig.v1.Records
-	32, // 18: nodeconfig.v1.ResetResponse.records:type_name -> nodeconfig.v1.Records
-	32, // 19: nodeconfig.v1.WatchRecordsResponse.records:type_name -> nodeconfig.v1.Records
-	33, // 20: nodeconfig.v1.PreviewConfigRequest.validator:type_name -> nodeconfig.v1.Validator
-	2,  // 21: nodeconfig.v1.CheckpointService.PutCheckpoint:input_type -> nodeconfig.v1.PutCheckpointRequest
-	4,  // 22: nodeconfig.v1.CheckpointService.GetCheckpoint:input_type -> nodeconfig.v1.GetCheckpointRequest
-	6,  // 23: nodeconfig.v1.CheckpointService.ListCheckpoints:input_type -> nodeconfig.v1.ListCheckpointsRequest
-	8,  // 24: nodeconfig.v1.CheckpointService.DeleteCheckpoint:input_type -> nodeconfig.v1.DeleteCheckpointRequest
-	10, // 25: nodeconfig.v1.CheckpointService.GetRecords:input_type -> nodeconfig.v1.GetRecordsRequest
-	12, // 26: nodeconfig.v1.CheckpointService.SetAssigned:input_type -> nodeconfig.v1.SetAssignedRequest
-	14, // 27: nodeconfig.v1.CheckpointService.Activate:input_type -> nodeconfig.v1.ActivateRequest
-	16, // 28: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:input_type -> nodeconfig.v1.PromoteLastKnownGoodRequest
-	18, // 29: nodeconfig.v1.CheckpointService.SetError:input_type -> nodeconfig.v1.SetErrorRequest
-	20, // 30: nodeconfig.v1.CheckpointService.Reset:input_type -> nodeconfig.v1.ResetRequest
-	22, // 31: nodeconfig.v1.CheckpointService.RepairDrift:input_type -> nodeconfig.v1.RepairDriftRequest
-	24, // 32: nodeconfig.v1.CheckpointService.WatchRecords:input_type -> nodeconfig.v1.WatchRecordsRequest
-	26, // 33: nodeconfig.v1.CheckpointService.PreviewConfig:input_type -> nodeconfig.v1.PreviewConfigRequest
-	3,  // 34: nodeconfig.v1.CheckpointService.PutCheckpoint:output_type -> nodeconfig.v1.PutCheckpointResponse
-	5,  // 35: nodeconfig.v1.CheckpointService.GetCheckpoint:output_type -> nodeconfig.v1.GetCheckpointResponse
-	7,  // 36: nodeconfig.v1.CheckpointService.ListCheckpoints:output_type -> nodeconfig.v1.ListCheckpointsResponse
-	9,  // 37: nodeconfig.v1.CheckpointService.DeleteCheckpoint:output_type -> nodeconfig.v1.DeleteCheckpointResponse
-	11, // 38: nodeconfig.v1.CheckpointService.GetRecords:output_type -> nodeconfig.v1.GetRecordsResponse
-	13, // 39: nodeconfig.v1.CheckpointService.SetAssigned:output_type -> nodeconfig.v1.SetAssignedResponse
-	15, // 40: nodeconfig.v1.CheckpointService.Activate:output_type -> nodeconfig.v1.ActivateResponse
-	17, // 41: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:output_type -> nodeconfig.v1.PromoteLastKnownGoodResponse
-	19, // 42: nodeconfig.v1.CheckpointService.SetError:output_type -> nodeconfig.v1.SetErrorResponse
-	21, // 43: nodeconfig.v1.CheckpointService.Reset:output_type -> nodeconfig.v1.ResetResponse
-	23, // 44: nodeconfig.v1.CheckpointService.RepairDrift:output_type -> nodeconfig.v1.RepairDriftResponse
-	25, // 45: nodeconfig.v1.CheckpointService.WatchRecords:output_type -> nodeconfig.v1.WatchRecordsResponse
-	27, // 46: nodeconfig.v1.CheckpointService.PreviewConfig:output_type -> nodeconfig.v1.PreviewConfigResponse
-	34, // [34:47] is the sub-list for method output_type
-	21, // [21:34] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	34, // 11: nodeconfig.v1.SetAssignedRequest.health:type_name -> nodeconfig.v1.HealthGates
+	32, // 12: nodeconfig.v1.SetAssignedResponse.records:type_name -> nodeconfig.v1.Records
+	0,  // 13: nodeconfig.v1.ActivateResponse.outcome:type_name -> nodeconfig.v1.ActivateOutcome
+	32, // 14: nodeconfig.v1.ActivateResponse.records:type_name -> nodeconfig.v1.Records
+	30, // 15: nodeconfig.v1.PromoteLastKnownGoodRequest.source:type_name -> nodeconfig.v1.ConfigSource
+	32, // 16: nodeconfig.v1.PromoteLastKnownGoodResponse.records:type_name -> nodeconfig.v1.Records
+	35, // 17: nodeconfig.v1.SetErrorRequest.error:type_name -> nodeconfig.v1.ConfigError
+	32, // 18: nodeconfig.v1.SetErrorResponse.records:type_name -> nodeconfig.v1.Records
+	32, // 19: nodeconfig.v1.ResetResponse.records:type_name -> nodeconfig.v1.Records
+	32, // 20: nodeconfig.v1.WatchRecordsResponse.records:type_name -> nodeconfig.v1.Records
+	33, // 21: nodeconfig.v1.PreviewConfigRequest.validator:type_name -> nodeconfig.v1.Validator
+	2,  // 22: nodeconfig.v1.CheckpointService.PutCheckpoint:input_type -> nodeconfig.v1.PutCheckpointRequest
+	4,  // 23: nodeconfig.v1.CheckpointService.GetCheckpoint:input_type -> nodeconfig.v1.GetCheckpointRequest
+	6,  // 24: nodeconfig.v1.CheckpointService.ListCheckpoints:input_type -> nodeconfig.v1.ListCheckpointsRequest
+	8,  // 25: nodeconfig.v1.CheckpointService.DeleteCheckpoint:input_type -> nodeconfig.v1.DeleteCheckpointRequest
+	10, // 26: nodeconfig.v1.CheckpointService.GetRecords:input_type -> nodeconfig.v1.GetRecordsRequest
+	12, // 27: nodeconfig.v1.CheckpointService.SetAssigned:input_type -> nodeconfig.v1.SetAssignedRequest
+	14, // 28: nodeconfig.v1.CheckpointService.Activate:input_type -> nodeconfig.v1.ActivateRequest
+	16, // 29: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:input_type -> nodeconfig.v1.PromoteLastKnownGoodRequest
+	18, // 30: nodeconfig.v1.CheckpointService.SetError:input_type -> nodeconfig.v1.SetErrorRequest
+	20, // 31: nodeconfig.v1.CheckpointService.Reset:input_type -> nodeconfig.v1.ResetRequest
+	22, // 32: nodeconfig.v1.CheckpointService.RepairDrift:input_type -> nodeconfig.v1.RepairDriftRequest
+	24, // 33: nodeconfig.v1.CheckpointService.WatchRecords:input_type -> nodeconfig.v1.WatchRecordsRequest
+	26, // 34: nodeconfig.v1.CheckpointService.PreviewConfig:input_type -> nodeconfig.v1.PreviewConfigRequest
+	3,  // 35: nodeconfig.v1.CheckpointService.PutCheckpoint:output_type -> nodeconfig.v1.PutCheckpointResponse
+	5,  // 36: nodeconfig.v1.CheckpointService.GetCheckpoint:output_type -> nodeconfig.v1.GetCheckpointResponse
+	7,  // 37: nodeconfig.v1.CheckpointService.ListCheckpoints:output_type -> nodeconfig.v1.ListCheckpointsResponse
+	9,  // 38: nodeconfig.v1.CheckpointService.DeleteCheckpoint:output_type -> nodeconfig.v1.DeleteCheckpointResponse
+	11, // 39: nodeconfig.v1.CheckpointService.GetRecords:output_type -> nodeconfig.v1.GetRecordsResponse
+	13, // 40: nodeconfig.v1.CheckpointService.SetAssigned:output_type -> nodeconfig.v1.SetAssignedResponse
+	15, // 41: nodeconfig.v1.CheckpointService.Activate:output_type -> nodeconfig.v1.ActivateResponse
+	17, // 42: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:output_type -> nodeconfig.v1.PromoteLastKnownGoodResponse
+	19, // 43: nodeconfig.v1.CheckpointService.SetError:output_type -> nodeconfig.v1.SetErrorResponse
+	21, // 44: nodeconfig.v1.CheckpointService.Reset:output_type -> nodeconfig.v1.ResetResponse
+	23, // 45: nodeconfig.v1.CheckpointService.RepairDrift:output_type -> nodeconfig.v1.RepairDriftResponse
+	25, // 46: nodeconfig.v1.CheckpointService.WatchRecords:output_type -> nodeconfig.v1.WatchRecordsResponse
+	27, // 47: nodeconfig.v1.CheckpointService.PreviewConfig:output_type -> nodeconfig.v1.PreviewConfigResponse
+	35, // [35:48] is the sub-list for method output_type
+	22, // [22:35] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_checkpoint_proto_init() }

@@ -370,7 +370,10 @@ type AssignedRecord struct {
 	// written_at is when this record was durably written.
 	WrittenAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=written_at,json=writtenAt,proto3" json:"written_at,omitempty"`
 	// node_config is the NodeConfig that assigned it; empty if not said.
-	NodeConfig    string `protobuf:"bytes,5,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
+	NodeConfig string `protobuf:"bytes,5,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
+	// health names the gates the node judges through the soak beyond its
+	// default (the Node Ready and free of pressure, its pods Ready again).
+	Health        *HealthGates `protobuf:"bytes,6,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -440,6 +443,187 @@ func (x *AssignedRecord) GetNodeConfig() string {
 	return ""
 }
 
+func (x *AssignedRecord) GetHealth() *HealthGates {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+// HealthGates are what a NodeConfig asks of a node through each soak, beyond
+// the default gate.
+type HealthGates struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// conditions of the Node that must hold.
+	Conditions []*NodeConditionGate `protobuf:"bytes,1,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// cel is an expression over the Node (the variable `node`, as the API
+	// serves it) that must be true; empty: none.
+	Cel string `protobuf:"bytes,2,opt,name=cel,proto3" json:"cel,omitempty"`
+	// prometheus is a query that must return no series; unset: none.
+	Prometheus    *PrometheusGate `protobuf:"bytes,3,opt,name=prometheus,proto3" json:"prometheus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthGates) Reset() {
+	*x = HealthGates{}
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthGates) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthGates) ProtoMessage() {}
+
+func (x *HealthGates) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthGates.ProtoReflect.Descriptor instead.
+func (*HealthGates) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HealthGates) GetConditions() []*NodeConditionGate {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *HealthGates) GetCel() string {
+	if x != nil {
+		return x.Cel
+	}
+	return ""
+}
+
+func (x *HealthGates) GetPrometheus() *PrometheusGate {
+	if x != nil {
+		return x.Prometheus
+	}
+	return nil
+}
+
+// NodeConditionGate is a Node condition and the status it must have.
+type NodeConditionGate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// status is True, False or Unknown.
+	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeConditionGate) Reset() {
+	*x = NodeConditionGate{}
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeConditionGate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeConditionGate) ProtoMessage() {}
+
+func (x *NodeConditionGate) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeConditionGate.ProtoReflect.Descriptor instead.
+func (*NodeConditionGate) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *NodeConditionGate) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *NodeConditionGate) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+// PrometheusGate is an instant query against a Prometheus server.
+type PrometheusGate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is the server's base URL (http or https).
+	Url           string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Query         string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrometheusGate) Reset() {
+	*x = PrometheusGate{}
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrometheusGate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrometheusGate) ProtoMessage() {}
+
+func (x *PrometheusGate) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrometheusGate.ProtoReflect.Descriptor instead.
+func (*PrometheusGate) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PrometheusGate) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *PrometheusGate) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
 // SourceRecord is a durable record that names a checkpointed config.
 type SourceRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -453,7 +637,7 @@ type SourceRecord struct {
 
 func (x *SourceRecord) Reset() {
 	*x = SourceRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[3]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +649,7 @@ func (x *SourceRecord) String() string {
 func (*SourceRecord) ProtoMessage() {}
 
 func (x *SourceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[3]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +662,7 @@ func (x *SourceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceRecord.ProtoReflect.Descriptor instead.
 func (*SourceRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SourceRecord) GetSource() *ConfigSource {
@@ -508,7 +692,7 @@ type ErrorRecord struct {
 
 func (x *ErrorRecord) Reset() {
 	*x = ErrorRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[4]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +704,7 @@ func (x *ErrorRecord) String() string {
 func (*ErrorRecord) ProtoMessage() {}
 
 func (x *ErrorRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[4]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +717,7 @@ func (x *ErrorRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorRecord.ProtoReflect.Descriptor instead.
 func (*ErrorRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ErrorRecord) GetError() *ConfigError {
@@ -583,7 +767,7 @@ type Records struct {
 
 func (x *Records) Reset() {
 	*x = Records{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[5]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +779,7 @@ func (x *Records) String() string {
 func (*Records) ProtoMessage() {}
 
 func (x *Records) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[5]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +792,7 @@ func (x *Records) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Records.ProtoReflect.Descriptor instead.
 func (*Records) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Records) GetAssigned() *AssignedRecord {
@@ -681,7 +865,7 @@ type FailedVersion struct {
 
 func (x *FailedVersion) Reset() {
 	*x = FailedVersion{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +877,7 @@ func (x *FailedVersion) String() string {
 func (*FailedVersion) ProtoMessage() {}
 
 func (x *FailedVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +890,7 @@ func (x *FailedVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedVersion.ProtoReflect.Descriptor instead.
 func (*FailedVersion) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FailedVersion) GetSource() *ConfigSource {
@@ -753,7 +937,7 @@ type ResetRecord struct {
 
 func (x *ResetRecord) Reset() {
 	*x = ResetRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +949,7 @@ func (x *ResetRecord) String() string {
 func (*ResetRecord) ProtoMessage() {}
 
 func (x *ResetRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +962,7 @@ func (x *ResetRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRecord.ProtoReflect.Descriptor instead.
 func (*ResetRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ResetRecord) GetFrom() *ConfigSource {
@@ -839,7 +1023,7 @@ type ConsumerRecord struct {
 
 func (x *ConsumerRecord) Reset() {
 	*x = ConsumerRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1035,7 @@ func (x *ConsumerRecord) String() string {
 func (*ConsumerRecord) ProtoMessage() {}
 
 func (x *ConsumerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1048,7 @@ func (x *ConsumerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerRecord.ProtoReflect.Descriptor instead.
 func (*ConsumerRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ConsumerRecord) GetSource() *ConfigSource {
@@ -929,7 +1113,7 @@ type PodSnapshot struct {
 
 func (x *PodSnapshot) Reset() {
 	*x = PodSnapshot{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1125,7 @@ func (x *PodSnapshot) String() string {
 func (*PodSnapshot) ProtoMessage() {}
 
 func (x *PodSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1138,7 @@ func (x *PodSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSnapshot.ProtoReflect.Descriptor instead.
 func (*PodSnapshot) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PodSnapshot) GetTaken() *timestamppb.Timestamp {
@@ -990,7 +1174,7 @@ type NodeConfigStatus struct {
 
 func (x *NodeConfigStatus) Reset() {
 	*x = NodeConfigStatus{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[10]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1002,7 +1186,7 @@ func (x *NodeConfigStatus) String() string {
 func (*NodeConfigStatus) ProtoMessage() {}
 
 func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[10]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1015,7 +1199,7 @@ func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfigStatus.ProtoReflect.Descriptor instead.
 func (*NodeConfigStatus) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeConfigStatus) GetAssigned() *ConfigSource {
@@ -1060,7 +1244,7 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\vConfigError\x12/\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x19.nodeconfig.v1.ErrorPhaseR\x05phase\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xfc\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xb0\x02\n" +
 	"\x0eAssignedRecord\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x12!\n" +
 	"\fsoak_seconds\x18\x02 \x01(\x03R\vsoakSeconds\x126\n" +
@@ -1068,7 +1252,22 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\n" +
 	"written_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x1f\n" +
 	"\vnode_config\x18\x05 \x01(\tR\n" +
-	"nodeConfig\"~\n" +
+	"nodeConfig\x122\n" +
+	"\x06health\x18\x06 \x01(\v2\x1a.nodeconfig.v1.HealthGatesR\x06health\"\xa0\x01\n" +
+	"\vHealthGates\x12@\n" +
+	"\n" +
+	"conditions\x18\x01 \x03(\v2 .nodeconfig.v1.NodeConditionGateR\n" +
+	"conditions\x12\x10\n" +
+	"\x03cel\x18\x02 \x01(\tR\x03cel\x12=\n" +
+	"\n" +
+	"prometheus\x18\x03 \x01(\v2\x1d.nodeconfig.v1.PrometheusGateR\n" +
+	"prometheus\"?\n" +
+	"\x11NodeConditionGate\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"8\n" +
+	"\x0ePrometheusGate\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x14\n" +
+	"\x05query\x18\x02 \x01(\tR\x05query\"~\n" +
 	"\fSourceRecord\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x129\n" +
 	"\n" +
@@ -1145,7 +1344,7 @@ func file_nodeconfig_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_nodeconfig_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(Validator)(0),                // 0: nodeconfig.v1.Validator
 	(ErrorPhase)(0),               // 1: nodeconfig.v1.ErrorPhase
@@ -1153,54 +1352,60 @@ var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(*ConfigSource)(nil),          // 3: nodeconfig.v1.ConfigSource
 	(*ConfigError)(nil),           // 4: nodeconfig.v1.ConfigError
 	(*AssignedRecord)(nil),        // 5: nodeconfig.v1.AssignedRecord
-	(*SourceRecord)(nil),          // 6: nodeconfig.v1.SourceRecord
-	(*ErrorRecord)(nil),           // 7: nodeconfig.v1.ErrorRecord
-	(*Records)(nil),               // 8: nodeconfig.v1.Records
-	(*FailedVersion)(nil),         // 9: nodeconfig.v1.FailedVersion
-	(*ResetRecord)(nil),           // 10: nodeconfig.v1.ResetRecord
-	(*ConsumerRecord)(nil),        // 11: nodeconfig.v1.ConsumerRecord
-	(*PodSnapshot)(nil),           // 12: nodeconfig.v1.PodSnapshot
-	(*NodeConfigStatus)(nil),      // 13: nodeconfig.v1.NodeConfigStatus
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(*HealthGates)(nil),           // 6: nodeconfig.v1.HealthGates
+	(*NodeConditionGate)(nil),     // 7: nodeconfig.v1.NodeConditionGate
+	(*PrometheusGate)(nil),        // 8: nodeconfig.v1.PrometheusGate
+	(*SourceRecord)(nil),          // 9: nodeconfig.v1.SourceRecord
+	(*ErrorRecord)(nil),           // 10: nodeconfig.v1.ErrorRecord
+	(*Records)(nil),               // 11: nodeconfig.v1.Records
+	(*FailedVersion)(nil),         // 12: nodeconfig.v1.FailedVersion
+	(*ResetRecord)(nil),           // 13: nodeconfig.v1.ResetRecord
+	(*ConsumerRecord)(nil),        // 14: nodeconfig.v1.ConsumerRecord
+	(*PodSnapshot)(nil),           // 15: nodeconfig.v1.PodSnapshot
+	(*NodeConfigStatus)(nil),      // 16: nodeconfig.v1.NodeConfigStatus
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
 }
 var file_nodeconfig_v1_types_proto_depIdxs = []int32{
 	1,  // 0: nodeconfig.v1.ConfigError.phase:type_name -> nodeconfig.v1.ErrorPhase
 	3,  // 1: nodeconfig.v1.AssignedRecord.source:type_name -> nodeconfig.v1.ConfigSource
 	0,  // 2: nodeconfig.v1.AssignedRecord.validator:type_name -> nodeconfig.v1.Validator
-	14, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
-	3,  // 4: nodeconfig.v1.SourceRecord.source:type_name -> nodeconfig.v1.ConfigSource
-	14, // 5: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
-	4,  // 6: nodeconfig.v1.ErrorRecord.error:type_name -> nodeconfig.v1.ConfigError
-	14, // 7: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
-	5,  // 8: nodeconfig.v1.Records.assigned:type_name -> nodeconfig.v1.AssignedRecord
-	6,  // 9: nodeconfig.v1.Records.active:type_name -> nodeconfig.v1.SourceRecord
-	6,  // 10: nodeconfig.v1.Records.last_known_good:type_name -> nodeconfig.v1.SourceRecord
-	7,  // 11: nodeconfig.v1.Records.error:type_name -> nodeconfig.v1.ErrorRecord
-	11, // 12: nodeconfig.v1.Records.consumer:type_name -> nodeconfig.v1.ConsumerRecord
-	10, // 13: nodeconfig.v1.Records.last_reset:type_name -> nodeconfig.v1.ResetRecord
-	9,  // 14: nodeconfig.v1.Records.failed:type_name -> nodeconfig.v1.FailedVersion
-	3,  // 15: nodeconfig.v1.FailedVersion.source:type_name -> nodeconfig.v1.ConfigSource
-	0,  // 16: nodeconfig.v1.FailedVersion.validator:type_name -> nodeconfig.v1.Validator
-	4,  // 17: nodeconfig.v1.FailedVersion.error:type_name -> nodeconfig.v1.ConfigError
-	14, // 18: nodeconfig.v1.FailedVersion.at:type_name -> google.protobuf.Timestamp
-	3,  // 19: nodeconfig.v1.ResetRecord.from:type_name -> nodeconfig.v1.ConfigSource
-	14, // 20: nodeconfig.v1.ResetRecord.at:type_name -> google.protobuf.Timestamp
-	3,  // 21: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
-	2,  // 22: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
-	14, // 23: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
-	15, // 24: nodeconfig.v1.ConsumerRecord.healthy_before:type_name -> google.protobuf.Duration
-	14, // 25: nodeconfig.v1.ConsumerRecord.seen_healthy:type_name -> google.protobuf.Timestamp
-	12, // 26: nodeconfig.v1.ConsumerRecord.ready_before:type_name -> nodeconfig.v1.PodSnapshot
-	14, // 27: nodeconfig.v1.PodSnapshot.taken:type_name -> google.protobuf.Timestamp
-	3,  // 28: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 29: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 30: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	17, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
+	6,  // 4: nodeconfig.v1.AssignedRecord.health:type_name -> nodeconfig.v1.HealthGates
+	7,  // 5: nodeconfig.v1.HealthGates.conditions:type_name -> nodeconfig.v1.NodeConditionGate
+	8,  // 6: nodeconfig.v1.HealthGates.prometheus:type_name -> nodeconfig.v1.PrometheusGate
+	3,  // 7: nodeconfig.v1.SourceRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	17, // 8: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
+	4,  // 9: nodeconfig.v1.ErrorRecord.error:type_name -> nodeconfig.v1.ConfigError
+	17, // 10: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
+	5,  // 11: nodeconfig.v1.Records.assigned:type_name -> nodeconfig.v1.AssignedRecord
+	9,  // 12: nodeconfig.v1.Records.active:type_name -> nodeconfig.v1.SourceRecord
+	9,  // 13: nodeconfig.v1.Records.last_known_good:type_name -> nodeconfig.v1.SourceRecord
+	10, // 14: nodeconfig.v1.Records.error:type_name -> nodeconfig.v1.ErrorRecord
+	14, // 15: nodeconfig.v1.Records.consumer:type_name -> nodeconfig.v1.ConsumerRecord
+	13, // 16: nodeconfig.v1.Records.last_reset:type_name -> nodeconfig.v1.ResetRecord
+	12, // 17: nodeconfig.v1.Records.failed:type_name -> nodeconfig.v1.FailedVersion
+	3,  // 18: nodeconfig.v1.FailedVersion.source:type_name -> nodeconfig.v1.ConfigSource
+	0,  // 19: nodeconfig.v1.FailedVersion.validator:type_name -> nodeconfig.v1.Validator
+	4,  // 20: nodeconfig.v1.FailedVersion.error:type_name -> nodeconfig.v1.ConfigError
+	17, // 21: nodeconfig.v1.FailedVersion.at:type_name -> google.protobuf.Timestamp
+	3,  // 22: nodeconfig.v1.ResetRecord.from:type_name -> nodeconfig.v1.ConfigSource
+	17, // 23: nodeconfig.v1.ResetRecord.at:type_name -> google.protobuf.Timestamp
+	3,  // 24: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	2,  // 25: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
+	17, // 26: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
+	18, // 27: nodeconfig.v1.ConsumerRecord.healthy_before:type_name -> google.protobuf.Duration
+	17, // 28: nodeconfig.v1.ConsumerRecord.seen_healthy:type_name -> google.protobuf.Timestamp
+	15, // 29: nodeconfig.v1.ConsumerRecord.ready_before:type_name -> nodeconfig.v1.PodSnapshot
+	17, // 30: nodeconfig.v1.PodSnapshot.taken:type_name -> google.protobuf.Timestamp
+	3,  // 31: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 32: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 33: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_types_proto_init() }
@@ -1214,7 +1419,7 @@ func file_nodeconfig_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodeconfig_v1_types_proto_rawDesc), len(file_nodeconfig_v1_types_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   11,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -107,6 +107,9 @@ const (
 	// ReasonInvalidWindow: a maintenance window does not parse; no trial
 	// starts until it is fixed.
 	ReasonInvalidWindow = "InvalidMaintenanceWindow"
+	// ReasonInvalidHealthGate: spec.health.cel does not compile; no trial
+	// starts until it is fixed.
+	ReasonInvalidHealthGate = "InvalidHealthGate"
 	// ReasonNodesFailing: nodes fail with early errors (unreachable
 	// agents, a missing ConfigMap); they retry with backoff.
 	ReasonNodesFailing = "NodesFailing"

@@ -76,6 +76,60 @@ type NodeConfigSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Rollout Rollout `json:"rollout,omitempty"`
+	// What each node must show through the soak beyond the default gate
+	// (the Node Ready and free of memory, disk and PID pressure, its pods
+	// Ready again): a failure rolls the node back, and where a gate cannot
+	// be evaluated the soak holds.
+	// +optional
+	Health *HealthGates `json:"health,omitempty"`
+}
+
+// HealthGates are what a NodeConfig asks of each node through its soak.
+type HealthGates struct {
+	// Node conditions that must hold (node-problem-detector's, say).
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Conditions []NodeConditionGate `json:"conditions,omitempty"`
+	// A CEL expression over the Node (the variable node, as the API serves
+	// it) that must be true, for example
+	// "node.status.allocatable.pods != '0'". One that does not compile holds
+	// the rollout (Degraded InvalidHealthGate); nothing changes on any node.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	CEL string `json:"cel,omitempty"`
+	// An instant query against a Prometheus server that must return no
+	// series; a server out of reach holds the soak.
+	// +optional
+	Prometheus *PrometheusGate `json:"prometheus,omitempty"`
+}
+
+// NodeConditionGate is a Node condition and the status it must have.
+type NodeConditionGate struct {
+	// The condition's type.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$`
+	Type string `json:"type"`
+	// The status it must have.
+	// +kubebuilder:validation:Enum=True;False;Unknown
+	Status string `json:"status"`
+}
+
+// PrometheusGate is an instant query against a Prometheus server.
+type PrometheusGate struct {
+	// The server's base URL, http or https (the agent queries
+	// URL/api/v1/query from the node).
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https']",message="url must be an http or https URL"
+	URL string `json:"url"`
+	// The PromQL query; any series it returns fails the gate, with the
+	// series in the node's late error. $node in it is the node's name
+	// (e.g. kube_node_status_condition{node="$node",condition="Ready",status="false"} == 1).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Query string `json:"query"`
 }
 
 // Source names where the config comes from; nil means local defaults.

@@ -16,9 +16,10 @@ type Health interface {
 	// ("namespace/name/uid"); an error where it cannot tell.
 	ReadyPods() ([]string, error)
 	// Judge says whether the node is healthy now, against the pods that
-	// were ready before the trial (nil: not known, so not judged) and when
-	// the consumer was restarted onto it.
-	Judge(readyBefore []string, restarted time.Time) Verdict
+	// were ready before the trial (nil: not known, so not judged), when
+	// the consumer was restarted onto it, and the trial's own gates (nil:
+	// the default alone).
+	Judge(readyBefore []string, restarted time.Time, gates *nodeconfigv1.HealthGates) Verdict
 }
 
 // Verdict is a health gate's word on the node at one look.
@@ -52,7 +53,7 @@ func (g *Gate) judge(recs *nodeconfigv1.Records) Verdict {
 		}
 		restarted = rb.GetTaken().AsTime()
 	}
-	return g.Health.Judge(before, restarted)
+	return g.Health.Judge(before, restarted, recs.GetAssigned().GetHealth())
 }
 
 // takeReadyPods records, before the consumer is restarted onto a config on

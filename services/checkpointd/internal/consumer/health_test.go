@@ -29,7 +29,7 @@ func (f *fakeHealth) ReadyPods() ([]string, error) {
 	return f.ready, nil
 }
 
-func (f *fakeHealth) Judge(before []string, _ time.Time) Verdict {
+func (f *fakeHealth) Judge(before []string, _ time.Time, _ *nodeconfigv1.HealthGates) Verdict {
 	f.judged = append(f.judged, before)
 	f.judgedN++
 	return f.verdict

@@ -100,7 +100,7 @@ func (s *Service) SetAssigned(_ context.Context, req *nodeconfigv1.SetAssignedRe
 	if _, ok := nodeconfigv1.Validator_name[int32(req.GetValidator())]; !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "unknown validator %d", req.GetValidator())
 	}
-	a := lifecycle.Assignment{Source: req.GetSource(), SoakSeconds: req.GetSoakSeconds(), Validator: req.GetValidator(), NodeConfig: req.GetNodeConfig()}
+	a := lifecycle.Assignment{Source: req.GetSource(), SoakSeconds: req.GetSoakSeconds(), Validator: req.GetValidator(), NodeConfig: req.GetNodeConfig(), Health: req.GetHealth()}
 	if a.SoakSeconds == 0 {
 		a.SoakSeconds = lifecycle.DefaultSoakSeconds
 	}

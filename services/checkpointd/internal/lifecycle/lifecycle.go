@@ -110,6 +110,8 @@ type Assignment struct {
 	Validator   nodeconfigv1.Validator
 	// NodeConfig names the NodeConfig that assigns it.
 	NodeConfig string
+	// Health names the trial's own health gates (nil: the default alone).
+	Health *nodeconfigv1.HealthGates
 }
 
 // Assign records the config the node will try to use; it is refused
@@ -138,10 +140,11 @@ func (n *Node) Assign(a Assignment) (*nodeconfigv1.Records, error) {
 			return false, nil
 		}
 		prev := r.GetAssigned()
-		if prev != nil && proto.Equal(prev.GetSource(), src) && prev.GetSoakSeconds() == a.SoakSeconds && prev.GetValidator() == a.Validator {
+		if prev != nil && proto.Equal(prev.GetSource(), src) && prev.GetSoakSeconds() == a.SoakSeconds && prev.GetValidator() == a.Validator &&
+			proto.Equal(prev.GetHealth(), a.Health) {
 			return false, nil
 		}
-		r.Assigned = &nodeconfigv1.AssignedRecord{Source: src, SoakSeconds: a.SoakSeconds, Validator: a.Validator, WrittenAt: now, NodeConfig: a.NodeConfig}
+		r.Assigned = &nodeconfigv1.AssignedRecord{Source: src, SoakSeconds: a.SoakSeconds, Validator: a.Validator, WrittenAt: now, NodeConfig: a.NodeConfig, Health: a.Health}
 		// The error (and the reset) belonged to what came before, unless
 		// this version already failed late here: its mark stands.
 		r.Error, r.LastReset = nil, nil

@@ -24,7 +24,9 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/consumer"
+	"nodeconfig.io/services/configcheck/healthcel"
 )
 
 // Options configure the gate.
@@ -52,6 +54,8 @@ type Gate struct {
 	// recent, what the caches hold may be stale, and nothing is judged.
 	watchErr   error
 	watchErrAt time.Time
+	// cel is the last CEL gate compiled.
+	cel *healthcel.Program
 }
 
 // pressures are the Node conditions a config on trial must keep False.
@@ -140,7 +144,7 @@ func (g *Gate) ReadyPods() ([]string, error) {
 }
 
 // Judge implements consumer.Health.
-func (g *Gate) Judge(before []string, restarted time.Time) consumer.Verdict {
+func (g *Gate) Judge(before []string, restarted time.Time, gates *nodeconfigv1.HealthGates) consumer.Verdict {
 	if why := g.unreadable(); why != "" {
 		return consumer.Verdict{Hold: true, Message: why}
 	}
@@ -152,6 +156,8 @@ func (g *Gate) Judge(before []string, restarted time.Time) consumer.Verdict {
 	f, h := judgeConditions(node, restarted)
 	failed, held = append(failed, f...), append(held, h...)
 	f, h = g.judgePods(before, restarted)
+	failed, held = append(failed, f...), append(held, h...)
+	f, h = g.judgeGates(node, restarted, gates)
 	failed, held = append(failed, f...), append(held, h...)
 	switch {
 	case len(failed) > 0:

@@ -83,7 +83,7 @@ func TestAPressureTheTrialCausedFailsIt(t *testing.T) {
 	n := healthyNode()
 	n.Status.Conditions[1] = cond(corev1.NodeMemoryPressure, corev1.ConditionTrue, restart.Add(5*time.Second))
 	g, _ := started(t, n)
-	v := g.Judge(nil, restart)
+	v := g.Judge(nil, restart, nil)
 	if !v.Failed || !strings.Contains(v.Message, "MemoryPressure is True since 2026-11-27T12:00:05Z (KubeletMemoryPressure: said by the kubelet)") {
 		t.Fatalf("verdict %+v; want failed, naming the condition and the kubelet's words", v)
 	}
@@ -93,7 +93,7 @@ func TestAPressureFromBeforeTheTrialHoldsIt(t *testing.T) {
 	n := healthyNode()
 	n.Status.Conditions[2] = cond(corev1.NodeDiskPressure, corev1.ConditionTrue, restart.Add(-time.Minute))
 	g, _ := started(t, n)
-	if v := g.Judge(nil, restart); v.Failed || !v.Hold || !strings.Contains(v.Message, "DiskPressure is True") {
+	if v := g.Judge(nil, restart, nil); v.Failed || !v.Hold || !strings.Contains(v.Message, "DiskPressure is True") {
 		t.Fatalf("verdict %+v; want a hold that blames nothing", v)
 	}
 }
@@ -102,7 +102,7 @@ func TestANodeNotReadySinceTheRestartFailsIt(t *testing.T) {
 	n := healthyNode()
 	n.Status.Conditions[0] = cond(corev1.NodeReady, corev1.ConditionFalse, restart.Add(time.Second))
 	g, _ := started(t, n)
-	if v := g.Judge(nil, restart); !v.Failed || !strings.Contains(v.Message, "Ready is False") {
+	if v := g.Judge(nil, restart, nil); !v.Failed || !strings.Contains(v.Message, "Ready is False") {
 		t.Fatalf("verdict %+v; want failed on Ready", v)
 	}
 }
@@ -116,12 +116,12 @@ func TestThePodsReadyBeforeTheTrialMustBeReadyAgain(t *testing.T) {
 		pod("done", "u-done", corev1.PodSucceeded, false),
 	)
 	before := []string{"default/web/u-web", "default/gone/u-gone", "default/replaced/u-old", "default/slow/u-slow", "default/done/u-done"}
-	v := g.Judge(before, restart)
+	v := g.Judge(before, restart, nil)
 	if v.Failed || !v.Hold || !strings.Contains(v.Message, "1 of the 5 pods") || !strings.Contains(v.Message, "default/slow") {
 		t.Fatalf("verdict %+v; want a hold on default/slow alone (gone, replaced and done pods are not the config's)", v)
 	}
 	now.Store(restart.Add(time.Minute).UnixNano())
-	v = g.Judge(before, restart)
+	v = g.Judge(before, restart, nil)
 	if !v.Failed || !strings.Contains(v.Message, "not Ready 1m0s after the kubelet's restart: default/slow (Running)") || strings.Contains(v.Message, "replaced") {
 		t.Fatalf("verdict %+v; want failed on default/slow past the bound", v)
 	}
@@ -135,7 +135,7 @@ func TestAPodThatEndsOnTheTrialFailsItAtOnce(t *testing.T) {
 	rejected := pod("web", "u-web", corev1.PodFailed, false)
 	rejected.Status.Reason, rejected.Status.Message = "OutOfpods", "Node didn't have enough resource: pods"
 	g, _ := started(t, healthyNode(), rejected)
-	v := g.Judge([]string{"default/web/u-web"}, restart)
+	v := g.Judge([]string{"default/web/u-web"}, restart, nil)
 	if !v.Failed || !strings.Contains(v.Message, "default/web (Failed: OutOfpods: Node didn't have enough resource: pods)") {
 		t.Fatalf("verdict %+v; want failed within the bound, with the kubelet's reason", v)
 	}
@@ -146,14 +146,14 @@ func TestNothingIsJudgedWhileTheAPIServerCannotBeRead(t *testing.T) {
 	n.Status.Conditions[1] = cond(corev1.NodeMemoryPressure, corev1.ConditionTrue, restart.Add(5*time.Second))
 	g, now := started(t, n)
 	g.noteWatchError(nil, errors.New("connection refused"))
-	if v := g.Judge(nil, restart); v.Failed || !v.Hold || !strings.Contains(v.Message, "connection refused") {
+	if v := g.Judge(nil, restart, nil); v.Failed || !v.Hold || !strings.Contains(v.Message, "connection refused") {
 		t.Fatalf("verdict %+v; want a hold naming the error", v)
 	}
 	if _, err := g.ReadyPods(); err == nil {
 		t.Fatal("ready pods read from caches that may be stale")
 	}
 	now.Add(int64(2 * staleAfterError))
-	if v := g.Judge(nil, restart); !v.Failed {
+	if v := g.Judge(nil, restart, nil); !v.Failed {
 		t.Fatalf("verdict %+v once the watch is back; want the pressure judged again", v)
 	}
 }

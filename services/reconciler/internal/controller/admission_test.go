@@ -143,6 +143,17 @@ func TestAdmissionOutcomesAndStatusReasons(t *testing.T) {
 			typ: v1alpha1.ConditionDegraded, status: metav1.ConditionTrue, reason: v1alpha1.ReasonInvalidWindow,
 		},
 		{
+			name: "a CEL health gate that does not compile",
+			setup: func(f *fixture) {
+				nc := poolA("nc", v1alpha1.Rollout{})
+				nc.Spec.Health = &v1alpha1.HealthGates{CEL: "node.status.conditions.exists(c,"}
+				f.setNodeConfig(nc)
+				f.syncAll("n1", "n2", "n3")
+			},
+			states: map[string]nodeconfigv1.LifecycleState{"n1": nodeconfigv1.LifecycleState_LIFECYCLE_STATE_WAITING},
+			typ:    v1alpha1.ConditionDegraded, status: metav1.ConditionTrue, reason: v1alpha1.ReasonInvalidHealthGate,
+		},
+		{
 			name: "refused by central validation",
 			setup: func(f *fixture) {
 				f.addConfigMap("ns", "cfg", "11", map[string]string{"k": "maxPods: [1\n"})

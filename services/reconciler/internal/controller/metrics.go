@@ -60,7 +60,7 @@ func (m *Metrics) observeNodeConfig(name string, st v1alpha1.NodeConfigStatus) {
 	m.rolloutHeld.DeletePartialMatch(prometheus.Labels{"nodeconfig": name})
 	if p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing); p != nil {
 		switch p.Reason {
-		case v1alpha1.ReasonPaused, v1alpha1.ReasonOutsideWindow, v1alpha1.ReasonInvalidWindow:
+		case v1alpha1.ReasonPaused, v1alpha1.ReasonOutsideWindow, v1alpha1.ReasonInvalidWindow, v1alpha1.ReasonInvalidHealthGate:
 			m.rolloutHeld.WithLabelValues(name, p.Reason).Set(1)
 		}
 	}

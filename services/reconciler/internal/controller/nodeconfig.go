@@ -83,7 +83,7 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 	}
 	// One Warning per distinct problem with the NodeConfig itself.
 	if d := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionDegraded); d != nil &&
-		(d.Reason == v1alpha1.ReasonInvalidSelector || d.Reason == v1alpha1.ReasonInvalidReconcileInterval || d.Reason == v1alpha1.ReasonInvalidWindow ||
+		(d.Reason == v1alpha1.ReasonInvalidSelector || d.Reason == v1alpha1.ReasonInvalidReconcileInterval || d.Reason == v1alpha1.ReasonInvalidWindow || d.Reason == v1alpha1.ReasonInvalidHealthGate ||
 			d.Reason == v1alpha1.ReasonConfigRefused || d.Reason == v1alpha1.ReasonValidationUnavailable) &&
 		(prevDegraded == nil || prevDegraded.Reason != d.Reason || prevDegraded.Message != d.Message) && c.o.Recorder != nil {
 		c.o.Recorder.Event(nc, corev1.EventTypeWarning, d.Reason, d.Message)
@@ -208,7 +208,7 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 			fmt.Sprintf("%d node(s) rolled back, %d failing with retries", st.RolledBack, st.Failing))
 	case reconcileIntervalErr(nc) != nil:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonInvalidReconcileInterval, reconcileIntervalErr(nc).Error())
-	case held.Reason == v1alpha1.ReasonInvalidWindow:
+	case held.Reason == v1alpha1.ReasonInvalidWindow || held.Reason == v1alpha1.ReasonInvalidHealthGate:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionTrue, held.Reason, held.Message)
 	default:
 		set(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "no node rolled back or failing")

@@ -261,7 +261,8 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 	ref := nc.Spec.Source.ConfigMap
 	// Outside a maintenance window even a drift repair waits: it restarts
 	// the kubelet.
-	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: c.book.Policy(nc).SoakSeconds, NodeConfig: nc.Name,
+	pol := c.book.Policy(nc)
+	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: pol.SoakSeconds, NodeConfig: nc.Name, Health: pol.Health,
 		CheckDrift: c.book.Held(nc).Reason != v1alpha1.ReasonOutsideWindow}
 	src, data, err := c.pinned(ref)
 	if errors.Is(err, errConfigMapNotListed) {

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -42,6 +43,9 @@ type Desired struct {
 	// NodeConfig names the NodeConfig that wants the config (recorded on
 	// the node with the assignment).
 	NodeConfig string
+	// Health names the NodeConfig's own health gates, which the node
+	// judges the trial by beyond its default (nil: none).
+	Health *nodeconfigv1.HealthGates
 	// ResolveErr is an early error met while resolving Source (ConfigMap or
 	// key missing); Source is then nil.
 	ResolveErr *nodeconfigv1.ConfigError
@@ -176,7 +180,8 @@ func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, re
 		// last-known-good, as the NodeConfig's other nodes that failed it.
 		return startTrial(ctx, agent, recs, d, now)
 	}
-	if a != nil && records.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator && a.GetSoakSeconds() == d.SoakSeconds {
+	if a != nil && records.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator && a.GetSoakSeconds() == d.SoakSeconds &&
+		proto.Equal(a.GetHealth(), d.Health) {
 		return continueTrial(ctx, agent, recs, d, now)
 	}
 	if records.SameSource(d.Source, recs.GetLastKnownGood().GetSource()) {
@@ -269,7 +274,7 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 			Message: fmt.Sprintf("checkpoint %s: %v", records.Describe(src), status.Convert(err).Message())}
 		return earlyError(ctx, agent, recs, e)
 	}
-	resp, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig})
+	resp, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig, Health: d.Health})
 	if err != nil {
 		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonCheckpointFailed,
 			Message: fmt.Sprintf("record assigned %s: %v", records.Describe(src), status.Convert(err).Message())}

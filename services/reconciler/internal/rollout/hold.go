@@ -27,6 +27,8 @@ func (p *Policy) hold(now time.Time) Hold {
 	switch {
 	case p.WindowsErr != nil:
 		return Hold{Reason: v1alpha1.ReasonInvalidWindow, Message: fmt.Sprintf("spec.rollout.windows: %v; no trial starts until it is fixed", p.WindowsErr)}
+	case p.HealthErr != nil:
+		return Hold{Reason: v1alpha1.ReasonInvalidHealthGate, Message: fmt.Sprintf("%v; no trial starts until it is fixed", p.HealthErr)}
 	case p.Paused:
 		return Hold{Reason: v1alpha1.ReasonPaused, Message: "spec.rollout.paused: no new trial starts; nodes soaking finish and promote"}
 	}

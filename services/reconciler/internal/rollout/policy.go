@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/pacing"
 )
@@ -22,6 +23,11 @@ type Policy struct {
 	Windows     pacing.Windows
 	// WindowsErr says why a window does not parse: no trial starts then.
 	WindowsErr error
+	// Health is the NodeConfig's own health gates, as the nodes get them.
+	Health *nodeconfigv1.HealthGates
+	// HealthErr says why they cannot be gates (the CEL expression does
+	// not compile): no trial starts then.
+	HealthErr error
 }
 
 // MaxInTrial is how many of total nodes may be on trial at once.
@@ -38,6 +44,7 @@ func ParsePolicy(nc *v1alpha1.NodeConfig) *Policy {
 	if p.SoakSeconds == 0 {
 		p.SoakSeconds = v1alpha1.DefaultSoakSeconds
 	}
+	p.Health, p.HealthErr = healthGates(nc.Spec.Health)
 	for i, w := range nc.Spec.Rollout.Windows {
 		pw, err := pacing.ParseWindow(w.Days, w.Start, w.End, w.TimeZone)
 		if err != nil {

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"strings"
 	"testing"
 
 	"nodeconfig.io/services/api/v1alpha1"
@@ -48,5 +49,31 @@ func TestHeld(t *testing.T) {
 		if open := h.Next.IsZero(); open != (tc.reason != v1alpha1.ReasonOutsideWindow) {
 			t.Errorf("%s: next window %v", tc.name, h.Next)
 		}
+	}
+}
+
+// A CEL gate that does not compile holds every trial, with the compiler's
+// words; the gates that are fine reach the nodes as they are.
+func TestHealthGatesReachTheNodesOrHoldTheRollout(t *testing.T) {
+	b := newBook()
+	bad := nodeConfig("bad-cel", 1)
+	bad.Spec.Health = &v1alpha1.HealthGates{CEL: `node.status.conditions.exists(c,`}
+	if h := b.Held(bad); h.Reason != v1alpha1.ReasonInvalidHealthGate || !strings.Contains(h.Message, "spec.health.cel does not compile") {
+		t.Fatalf("held %q (%s); want %s with the compiler's words", h.Reason, h.Message, v1alpha1.ReasonInvalidHealthGate)
+	}
+	good := nodeConfig("gates", 1)
+	good.Spec.Health = &v1alpha1.HealthGates{
+		Conditions: []v1alpha1.NodeConditionGate{{Type: "KernelDeadlock", Status: "False"}},
+		CEL:        `node.metadata.name != ""`,
+		Prometheus: &v1alpha1.PrometheusGate{URL: "http://127.0.0.1:9090", Query: `up{node="$node"} == 0`},
+	}
+	p := b.Policy(good)
+	if b.Held(good).Reason != "" || p.HealthErr != nil {
+		t.Fatalf("held %+v, %v; want none", b.Held(good), p.HealthErr)
+	}
+	g := p.Health
+	if len(g.GetConditions()) != 1 || g.GetConditions()[0].GetType() != "KernelDeadlock" || g.GetCel() != good.Spec.Health.CEL ||
+		g.GetPrometheus().GetUrl() != "http://127.0.0.1:9090" || g.GetPrometheus().GetQuery() != `up{node="$node"} == 0` {
+		t.Fatalf("gates for the nodes %v; want the spec's", g)
 	}
 }
