@@ -20,7 +20,7 @@ import (
 // healthGatesRollBack: two configs the kubelet accepts and runs healthy,
 // each of which breaks the node, rolled back by the agent's default health
 // gate during their soak.
-//   - An eviction threshold above all the machine's memory: the Node goes
+//   - An eviction threshold above the machine's free memory: the Node goes
 //     MemoryPressure=True and the kubelet evicts the reconciler's
 //     replicas; the agent rolls back with no reconciler needed, the
 //     pressure ends, and the Node's condition and an Event say why.
@@ -30,7 +30,9 @@ func healthGatesRollBack(ctx context.Context, t *testing.T, work string) {
 	// A soak long enough that the pressure, seconds after the restart,
 	// comes within it.
 	runReadmeCommand(ctx, t, work, `kubectl patch nodeconfig workers --type merge -p '{"spec":{"soakSeconds":300}}'`)
-	threshold := fmt.Sprintf("%dMi", 2*memTotalMiB(t))
+	// Above what the machine has free, below its capacity (the kubelet
+	// refuses to start on a reservation above that).
+	threshold := fmt.Sprintf("%dMi", memTotalMiB(t)-512)
 	runReadmeCommand(ctx, t, work, fmt.Sprintf(`printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 60\nevictionHard: {memory.available: %s, nodefs.available: 1%%%%, imagefs.available: 1%%%%, nodefs.inodesFree: 1%%%%}\n' > pressure.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./pressure.yaml --dry-run=client -o yaml | kubectl apply -f -`, threshold))
 	waitKubeletEviction(ctx, t, threshold)
 	waitStatus(ctx, t, "rolled back by the health gate on memory pressure", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
