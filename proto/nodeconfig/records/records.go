@@ -47,6 +47,11 @@ const (
 	// the gate reads it back.
 	HealthGatesHold = "the health gates hold the soak: "
 
+	// NoRestartNeeded begins the message of a consumer that was not
+	// restarted onto a new file because what it runs would not change:
+	// statusd shows it in the soak's condition.
+	NoRestartNeeded = "no restart needed: "
+
 	// ReasonNodeFilesUnreadable is the early error of a node whose own
 	// kubelet files (its --config file, its other drop-ins) cannot be read
 	// or decoded: it says nothing of the config, so nothing rolls back and

@@ -1,6 +1,11 @@
 package lifecycle
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -140,6 +145,48 @@ func (n *Node) consumerStale(r *nodeconfigv1.Records, now *timestamppb.Timestamp
 		src = r.Active.GetSource()
 	}
 	r.Consumer = &nodeconfigv1.ConsumerRecord{Source: src, Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, Since: now}
+}
+
+// consumerUnchanged records, inside a records update that changes the
+// file, that the consumer runs the new active config already: its
+// effective config is the same, so it is not restarted, and the soak
+// begins now.
+func (n *Node) consumerUnchanged(r *nodeconfigv1.Records, now *timestamppb.Timestamp) {
+	r.Consumer = &nodeconfigv1.ConsumerRecord{Source: r.GetActive().GetSource(), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY, Since: now, SeenHealthy: now,
+		Message: records.NoRestartNeeded + "the kubelet's effective config is the same on the new file"}
+}
+
+// sameForTheKubelet reports whether the kubelet, healthy on the file as it
+// is, would start with the same effective config on content (a reformatted
+// file, or one that says again what the node's own files say): then the
+// file is written and the kubelet is not restarted. Where that cannot be
+// told, it is restarted.
+func (n *Node) sameForTheKubelet(recs *nodeconfigv1.Records, content []byte) bool {
+	c := recs.GetConsumer()
+	if n.consumer == nil || n.kubelet == nil || c.GetPhase() != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY ||
+		!records.SameSource(c.GetSource(), recs.GetActive().GetSource()) {
+		return false
+	}
+	onDisk, err := os.ReadFile(n.target.Path())
+	if errors.Is(err, fs.ErrNotExist) {
+		onDisk, err = nil, nil
+	}
+	if err != nil {
+		return false
+	}
+	render := func(file []byte) []byte {
+		eff, err := n.kubelet.Effective(context.Background(), file)
+		if err != nil {
+			return nil
+		}
+		b, err := eff.YAML()
+		if err != nil {
+			return nil
+		}
+		return b
+	}
+	now, then := render(onDisk), render(content)
+	return now != nil && bytes.Equal(now, then)
 }
 
 func (n *Node) wakeConsumer() {

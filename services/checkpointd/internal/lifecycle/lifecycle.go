@@ -218,6 +218,7 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 		// on it would have nothing to bring it back.
 		return 0, nil, n.writeFailedLocked(fmt.Sprintf("cannot tell the start guard of %s: %v", describeExactly(assigned.GetSource()), err), err)
 	}
+	same := n.sameForTheKubelet(recs, content)
 	if err := n.target.Write(content); err != nil {
 		// The trial never began: the guard counts none of its starts.
 		n.syncGuardLocked()
@@ -227,7 +228,11 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 		changed := false
 		if !proto.Equal(r.GetActive().GetSource(), r.GetAssigned().GetSource()) {
 			r.Active = &nodeconfigv1.SourceRecord{Source: r.GetAssigned().GetSource(), WrittenAt: now}
-			n.consumerStale(r, now)
+			if same {
+				n.consumerUnchanged(r, now)
+			} else {
+				n.consumerStale(r, now)
+			}
 			changed = true
 		}
 		if r.Error != nil {

@@ -139,6 +139,9 @@ func ReadyCondition(read RecordsFunc) metav1.Condition {
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.NodeReasonSoaking
 		c.Message = fmt.Sprintf("%s is active and on trial until %s (%ds soak); it becomes last-known-good then if still active",
 			records.Describe(assigned.GetSource()), records.SoakEnd(recs).UTC().Format(time.RFC3339), assigned.GetSoakSeconds())
+		if cr := recs.GetConsumer(); strings.HasPrefix(cr.GetMessage(), records.NoRestartNeeded) {
+			c.Message += "; " + cr.GetMessage()
+		}
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.NodeReasonActive
 		c.Message = fmt.Sprintf("%s is active and last-known-good", records.Describe(assigned.GetSource()))
