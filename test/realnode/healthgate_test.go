@@ -25,7 +25,8 @@ import (
 //     replicas; the agent rolls back with no reconciler needed, the
 //     pressure ends, and the Node's condition and an Event say why.
 //   - maxPods 1 on a node that runs three pods: the restarted kubelet
-//     rejects two of them at admission; rolled back.
+//     ends two of them (the reconciler's, to admit the agent's, which is
+//     critical); rolled back.
 func healthGatesRollBack(ctx context.Context, t *testing.T, work string) {
 	// A soak long enough that the pressure, seconds after the restart,
 	// comes within it.
@@ -138,6 +139,7 @@ func waitNodeEvent(ctx context.Context, t *testing.T, reason, says string) {
 func cleanUpEnded(ctx context.Context, t *testing.T, work string) {
 	t.Helper()
 	runReadmeCommand(ctx, t, work, `kubectl delete pods -n nodeconfig-system --field-selector=status.phase=Failed`)
+	runReadmeCommand(ctx, t, work, `kubectl delete pods -n nodeconfig-system --field-selector=status.phase=Succeeded`)
 	if err := node.WaitNodeReady(ctx, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -215,12 +215,14 @@ func (g *Gate) judgePods(before []string, restarted time.Time) (failed, held []s
 			continue
 		}
 		p, err := g.pods.Pods(ns).Get(name)
-		if err != nil || string(p.UID) != uid || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded {
+		if err != nil || string(p.UID) != uid || p.DeletionTimestamp != nil {
 			continue
 		}
 		switch {
-		case p.Status.Phase == corev1.PodFailed:
-			ended = append(ended, fmt.Sprintf("%s/%s (Failed: %s: %s)", ns, name, p.Status.Reason, p.Status.Message))
+		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+			if why, ok := endedByTheNode(p); ok {
+				ended = append(ended, fmt.Sprintf("%s/%s (%s: %s)", ns, name, p.Status.Phase, why))
+			}
 		case !podReady(p):
 			waiting = append(waiting, fmt.Sprintf("%s/%s (%s%s)", ns, name, p.Status.Phase, notReadyWhy(p)))
 		}
@@ -239,6 +241,29 @@ func (g *Gate) judgePods(before []string, restarted time.Time) (failed, held []s
 	held = append(held, fmt.Sprintf("waiting until %s for %d of the %d pods Ready before the trial to be Ready again: %s",
 		deadline.UTC().Format(time.RFC3339), len(waiting), len(before), names(waiting)))
 	return failed, held
+}
+
+// endedByTheNode says whether a pod that ended was ended by its node (the
+// kubelet evicted, preempted or rejected it), and how, rather than by its
+// own work: a pod that restarts always never ends of itself, and one that
+// may end says so by ending without the kubelet's reason.
+func endedByTheNode(p *corev1.Pod) (string, bool) {
+	why := p.Status.Reason
+	if p.Status.Message != "" {
+		why += ": " + p.Status.Message
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return strings.TrimPrefix(why+"; "+c.Reason+": "+c.Message, "; "), true
+		}
+	}
+	switch {
+	case p.Status.Reason != "":
+		return why, true
+	case p.Spec.RestartPolicy == corev1.RestartPolicyAlways || p.Spec.RestartPolicy == "":
+		return "a pod that restarts always ended", true
+	}
+	return "", false
 }
 
 func condition(node *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {

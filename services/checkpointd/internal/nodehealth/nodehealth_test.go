@@ -108,12 +108,14 @@ func TestANodeNotReadySinceTheRestartFailsIt(t *testing.T) {
 }
 
 func TestThePodsReadyBeforeTheTrialMustBeReadyAgain(t *testing.T) {
+	done := pod("done", "u-done", corev1.PodSucceeded, false)
+	done.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
 	g, now := started(t, healthyNode(),
 		pod("web", "u-web", corev1.PodRunning, true),
 		pod("replaced", "u-new", corev1.PodRunning, false),
 		pod("slow", "u-slow", corev1.PodRunning, false),
 		pod("later", "u-later", corev1.PodPending, false),
-		pod("done", "u-done", corev1.PodSucceeded, false),
+		done,
 	)
 	before := []string{"default/web/u-web", "default/gone/u-gone", "default/replaced/u-old", "default/slow/u-slow", "default/done/u-done"}
 	v := g.Judge(before, restart, nil)
@@ -134,10 +136,26 @@ func TestThePodsReadyBeforeTheTrialMustBeReadyAgain(t *testing.T) {
 func TestAPodThatEndsOnTheTrialFailsItAtOnce(t *testing.T) {
 	rejected := pod("web", "u-web", corev1.PodFailed, false)
 	rejected.Status.Reason, rejected.Status.Message = "OutOfpods", "Node didn't have enough resource: pods"
-	g, _ := started(t, healthyNode(), rejected)
-	v := g.Judge([]string{"default/web/u-web"}, restart, nil)
-	if !v.Failed || !strings.Contains(v.Message, "default/web (Failed: OutOfpods: Node didn't have enough resource: pods)") {
-		t.Fatalf("verdict %+v; want failed within the bound, with the kubelet's reason", v)
+	preempted := pod("api", "u-api", corev1.PodSucceeded, false)
+	preempted.Status.Conditions = append(preempted.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+		Reason: "TerminationByKubelet", Message: "Pod was terminated in response to imminent node shutdown."})
+	stopped := pod("cache", "u-cache", corev1.PodSucceeded, false)
+	job := pod("job", "u-job", corev1.PodSucceeded, false)
+	job.Spec.RestartPolicy = corev1.RestartPolicyNever
+	g, _ := started(t, healthyNode(), rejected, preempted, stopped, job)
+	v := g.Judge([]string{"default/web/u-web", "default/api/u-api", "default/cache/u-cache", "default/job/u-job"}, restart, nil)
+	for _, want := range []string{
+		"3 of the 4 pods Ready before the trial ended on it",
+		"default/web (Failed: OutOfpods: Node didn't have enough resource: pods)",
+		"default/api (Succeeded: TerminationByKubelet: Pod was terminated",
+		"default/cache (Succeeded: a pod that restarts always ended)",
+	} {
+		if !v.Failed || !strings.Contains(v.Message, want) {
+			t.Fatalf("verdict %+v; want failed within the bound, saying %q", v, want)
+		}
+	}
+	if strings.Contains(v.Message, "default/job") {
+		t.Fatalf("verdict %+v; a Job's pod that finished is not the config's doing", v)
 	}
 }
 
