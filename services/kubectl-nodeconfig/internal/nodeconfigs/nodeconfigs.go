@@ -85,3 +85,17 @@ func (c Client) SetPaused(ctx context.Context, name string, paused bool) (*v1alp
 	}
 	return c.NodeConfigs.NodeConfigV1alpha1().NodeConfigs().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
+
+// SetRevision merge-patches spec.source.revision (the revision of its
+// history the NodeConfig rolls out), only on the version of nc read, and
+// returns the object the API server stored.
+func (c Client) SetRevision(ctx context.Context, nc *v1alpha1.NodeConfig, revision int64) (*v1alpha1.NodeConfig, error) {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": nc.ResourceVersion},
+		"spec":     map[string]any{"source": map[string]any{"revision": revision}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c.NodeConfigs.NodeConfigV1alpha1().NodeConfigs().Patch(ctx, nc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+}
