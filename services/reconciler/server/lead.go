@@ -150,10 +150,7 @@ func (r *Reconciler) history() (informers.SharedInformerFactory, *history.Store)
 	}
 	f := informers.NewSharedInformerFactoryWithOptions(r.o.Kube, 0, informers.WithNamespace(r.o.HistoryNamespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = v1alpha1.LabelHistoryOf }))
-	return f, &history.Store{
-		Client: r.o.Kube.AppsV1(), Lister: f.Apps().V1().ControllerRevisions().Lister(),
-		Namespace: r.o.HistoryNamespace, Limit: r.o.RevisionHistoryLimit, Now: time.Now,
-	}
+	return f, history.New(r.o.Kube.AppsV1(), f.Apps().V1().ControllerRevisions().Informer().GetIndexer(), r.o.HistoryNamespace, r.o.RevisionHistoryLimit, time.Now)
 }
 
 // watchReferencedConfigMaps keeps cms watching the ConfigMaps the

@@ -21,11 +21,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
-	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -36,27 +36,52 @@ import (
 // Deployment's revisionHistoryLimit.
 const DefaultLimit = 10
 
-// Store reads the revisions from an informer's cache and writes them
-// through the API server. One goroutine writes at a time (the NodeConfig
-// queue's worker).
+// Store reads the revisions from an informer's cache, overlaid with its
+// own writes until the cache shows them (a NodeConfig synced again at
+// once must not write the same revision twice), and writes them through
+// the API server. One goroutine writes at a time (the NodeConfig queue's
+// worker).
 type Store struct {
-	Client appsv1client.ControllerRevisionsGetter
-	// Lister is the cache of the revisions in Namespace.
-	Lister    appslisters.ControllerRevisionLister
-	Namespace string
-	// Limit is how many revisions each NodeConfig keeps; the current and
-	// the pinned one are always kept.
-	Limit int
-	Now   func() time.Time
+	client    appsv1client.ControllerRevisionsGetter
+	cache     cache.MutationCache
+	namespace string
+	limit     int
+	now       func() time.Time
+	// pruned are the revisions the store deleted, by name (never reused), and when: the
+	// overlay of its own writes would show those it created for a while.
+	pruned map[string]time.Time
+}
+
+// ownWritesKept is how long the store's own writes overlay the cache: far
+// longer than a watch event takes.
+const ownWritesKept = time.Minute
+
+// New is a store of the revisions in namespace, cached in indexer (the
+// ControllerRevisions informer's, with its namespace index), each
+// NodeConfig keeping limit of them: the current and the pinned one are
+// always kept.
+func New(client appsv1client.ControllerRevisionsGetter, indexer cache.Indexer, namespace string, limit int, now func() time.Time) *Store {
+	return &Store{client: client, namespace: namespace, limit: limit, now: now, pruned: map[string]time.Time{},
+		cache: cache.NewIntegerResourceVersionMutationCache(klog.Background(), indexer, indexer, ownWritesKept, true)}
 }
 
 // Of lists nc's revisions from the cache, by number.
 func (s *Store) Of(nc *v1alpha1.NodeConfig) ([]*appsv1.ControllerRevision, error) {
-	all, err := s.Lister.ControllerRevisions(s.Namespace).List(labels.SelectorFromSet(labels.Set{v1alpha1.LabelHistoryOf: nc.Name}))
+	objs, err := s.cache.ByIndex(cache.NamespaceIndex, s.namespace)
 	if err != nil {
 		return nil, err
 	}
-	revs := slices.DeleteFunc(all, func(cr *appsv1.ControllerRevision) bool { return !v1alpha1.RevisionOf(cr, nc) })
+	for name, at := range s.pruned {
+		if s.now().Sub(at) > ownWritesKept {
+			delete(s.pruned, name)
+		}
+	}
+	var revs []*appsv1.ControllerRevision
+	for _, obj := range objs {
+		if cr, ok := obj.(*appsv1.ControllerRevision); ok && v1alpha1.RevisionOf(cr, nc) && s.pruned[cr.Name].IsZero() {
+			revs = append(revs, cr)
+		}
+	}
 	slices.SortFunc(revs, func(a, b *appsv1.ControllerRevision) int { return int(a.Revision - b.Revision) })
 	return revs, nil
 }
@@ -122,7 +147,7 @@ func (s *Store) Record(ctx context.Context, nc *v1alpha1.NodeConfig, r Rollout) 
 		target = latestOf(revs, r.Payload, r.Source)
 	}
 	cur := v1alpha1.CurrentRevision(revs)
-	now := s.Now().UTC().Format(time.RFC3339Nano)
+	now := s.now().UTC().Format(time.RFC3339Nano)
 	if target == nil {
 		created, err := s.create(ctx, nc, nextNumber(revs), r, now)
 		if err != nil {
@@ -203,7 +228,7 @@ func (s *Store) create(ctx context.Context, nc *v1alpha1.NodeConfig, n int64, r 
 	}
 	cr := &appsv1.ControllerRevision{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: Name(nc, n), Namespace: s.Namespace,
+			Name: Name(nc, n), Namespace: s.namespace,
 			Labels:      map[string]string{v1alpha1.LabelHistoryOf: nc.Name},
 			Annotations: map[string]string{v1alpha1.AnnotationRolloutStarted: started, v1alpha1.AnnotationRolloutOutcome: r.Outcome},
 			// Deleting the NodeConfig removes its history (the garbage
@@ -215,13 +240,14 @@ func (s *Store) create(ctx context.Context, nc *v1alpha1.NodeConfig, n int64, r 
 		Data:     runtime.RawExtension{Raw: raw},
 		Revision: n,
 	}
-	created, err := s.Client.ControllerRevisions(s.Namespace).Create(ctx, cr, metav1.CreateOptions{})
+	created, err := s.client.ControllerRevisions(s.namespace).Create(ctx, cr, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("revision %d of NodeConfig %s: %w", n, nc.Name, ErrCacheBehind)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create revision %d of NodeConfig %s: %w", n, nc.Name, err)
 	}
+	s.cache.Mutation(created)
 	return created, nil
 }
 
@@ -233,9 +259,12 @@ func (s *Store) annotate(ctx context.Context, cr *appsv1.ControllerRevision, sta
 		annotations[v1alpha1.AnnotationRolloutStarted] = started
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
-	_, err := s.Client.ControllerRevisions(cr.Namespace).Patch(ctx, cr.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	patched, err := s.client.ControllerRevisions(cr.Namespace).Patch(ctx, cr.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("annotate revision %d (%s): %w", cr.Revision, cr.Name, err)
+	}
+	if err == nil {
+		s.cache.Mutation(patched)
 	}
 	return nil
 }
@@ -243,11 +272,12 @@ func (s *Store) annotate(ctx context.Context, cr *appsv1.ControllerRevision, sta
 // prune deletes the oldest revisions beyond the limit, never the current
 // nor the pinned one.
 func (s *Store) prune(ctx context.Context, revs []*appsv1.ControllerRevision, current, pinned int64) error {
-	for _, cr := range Prunable(revs, s.Limit, current, pinned) {
-		err := s.Client.ControllerRevisions(cr.Namespace).Delete(ctx, cr.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cr.UID}})
+	for _, cr := range Prunable(revs, s.limit, current, pinned) {
+		err := s.client.ControllerRevisions(cr.Namespace).Delete(ctx, cr.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &cr.UID}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("prune revision %d (%s): %w", cr.Revision, cr.Name, err)
 		}
+		s.pruned[cr.Name] = s.now()
 	}
 	return nil
 }

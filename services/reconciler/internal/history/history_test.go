@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"nodeconfig.io/services/api/v1alpha1"
@@ -31,8 +30,7 @@ type fixture struct {
 func newFixture(t *testing.T, limit int) *fixture {
 	f := &fixture{t: t, kube: fake.NewClientset(), index: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		now: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
-	f.store = &Store{Client: f.kube.AppsV1(), Lister: appslisters.NewControllerRevisionLister(f.index), Namespace: "nodeconfig-system", Limit: limit,
-		Now: func() time.Time { return f.now }}
+	f.store = New(f.kube.AppsV1(), f.index, "nodeconfig-system", limit, func() time.Time { return f.now })
 	return f
 }
 
@@ -145,7 +143,7 @@ func TestRecordPrunesOldestButKeepsPinned(t *testing.T) {
 	f.record(nc, cmVersion("200", "a: 2\n"))
 	f.record(nc, cmVersion("300", "a: 3\n"))
 	f.record(nc, Rollout{Pinned: 1, Outcome: v1alpha1.OutcomeRollingOut})
-	f.store.Limit = 2
+	f.store.limit = 2
 	f.record(nc, Rollout{Pinned: 1, Outcome: v1alpha1.OutcomeRollingOut})
 	want := map[int64]string{1: v1alpha1.OutcomeRollingOut, 3: v1alpha1.OutcomeSuperseded}
 	if got := f.outcomes(nc); !maps.Equal(got, want) {
@@ -215,4 +213,25 @@ func mustGet(t *testing.T, s *Store, nc *v1alpha1.NodeConfig, n int64) *appsv1.C
 		t.Fatal(err)
 	}
 	return cr
+}
+
+// A NodeConfig synced again before the informer shows the revision the
+// store created creates nothing again. (Its patches are overlaid the same
+// way, by resourceVersion, which the fake API server does not set.)
+func TestRecordAgainBeforeTheCacheCatchesUpWritesNothing(t *testing.T) {
+	f := newFixture(t, DefaultLimit)
+	nc := nodeConfig()
+	f.record(nc, cmVersion("100", "a: 1\n"))
+	for _, r := range []Rollout{cmVersion("200", "a: 2\n")} {
+		if err := f.store.Record(context.Background(), nc, r); err != nil {
+			t.Fatal(err)
+		}
+		writes := len(f.kube.Actions())
+		if err := f.store.Record(context.Background(), nc, r); err != nil {
+			t.Fatal(err)
+		}
+		if again := f.kube.Actions()[writes:]; len(again) != 0 {
+			t.Fatalf("the same rollout recorded again before the cache caught up wrote %v", again)
+		}
+	}
 }
