@@ -25,6 +25,10 @@ const (
 	// AnnotationRolloutOutcome is how that rollout went: one of the
 	// Outcome values.
 	AnnotationRolloutOutcome = "nodeconfig.io/rollout-outcome"
+	// AnnotationRevisionOf is the ConfigMap version the revision was read
+	// from, as "uid/resourceVersion/key": what finds a version's revision
+	// without decoding every revision's data.
+	AnnotationRevisionOf = "nodeconfig.io/revision-of"
 )
 
 // Outcomes of a revision's rollout.
@@ -62,6 +66,9 @@ type RevisionSource struct {
 	ResourceVersion string `json:"resourceVersion"`
 	Key             string `json:"key"`
 }
+
+// Version is the source as AnnotationRevisionOf holds it.
+func (s RevisionSource) Version() string { return s.UID + "/" + s.ResourceVersion + "/" + s.Key }
 
 // String is the source as the history shows it.
 func (s RevisionSource) String() string {

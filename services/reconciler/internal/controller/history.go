@@ -34,12 +34,11 @@ func (c *Controller) revision(nc *v1alpha1.NodeConfig, n int64) (*nodeconfigv1.C
 	if c.o.History == nil {
 		return nil, nil, fmt.Errorf("spec.source.revision %d: this reconciler keeps no history", n)
 	}
-	cr, d, err := c.o.History.Get(nc, n)
+	p, err := c.o.History.Get(nc, n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("spec.source.revision: %w", err)
 	}
-	src := history.NodeSource(cr, d)
-	return src, map[string]string{src.Key: string(d.Payload)}, nil
+	return p.Source, p.NodeData, nil
 }
 
 // syncHistory keeps nc's history in step with what it rolls out (st is

@@ -58,10 +58,11 @@ func TestPinnedRevisionReachesTheNodeAfterItsConfigMapIsGone(t *testing.T) {
 	}
 	f.syncNodeConfig(nc.Name)
 	refresh()
-	cr, d, err := f.c.o.History.Get(f.storedNodeConfig(nc.Name), 1)
+	p, err := f.c.o.History.Get(f.storedNodeConfig(nc.Name), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cr, d := p.Revision, p.Data
 	if string(d.Payload) != "a: 1\n" || d.Source.ResourceVersion != "10" || cr.Annotations[v1alpha1.AnnotationRolloutOutcome] != v1alpha1.OutcomeRollingOut {
 		t.Fatalf("revision 1: %+v, annotations %v", d, cr.Annotations)
 	}

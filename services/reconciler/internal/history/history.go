@@ -26,6 +26,7 @@ import (
 	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/lru"
 	"k8s.io/utils/ptr"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -47,6 +48,10 @@ type Store struct {
 	namespace string
 	limit     int
 	now       func() time.Time
+	// decoded holds revisions' data decoded and checked, by uid (a
+	// revision's data never changes): every node sync of a pinned
+	// NodeConfig reads it.
+	decoded *lru.Cache
 	// pruned are the revisions the store deleted, by name (never reused), and when: the
 	// overlay of its own writes would show those it created for a while.
 	pruned map[string]time.Time
@@ -56,12 +61,26 @@ type Store struct {
 // longer than a watch event takes.
 const ownWritesKept = time.Minute
 
+// decodedKept bounds the decoded revisions kept: those pinned at a time
+// are few.
+const decodedKept = 32
+
+// Pinned is a revision as the nodes get it: their source, and the data
+// holding its payload under its key.
+type Pinned struct {
+	Revision *appsv1.ControllerRevision
+	Data     v1alpha1.RevisionData
+	Source   *nodeconfigv1.ConfigSource
+	// NodeData is shared: callers must not change it.
+	NodeData map[string]string
+}
+
 // New is a store of the revisions in namespace, cached in indexer (the
 // ControllerRevisions informer's, with its namespace index), each
 // NodeConfig keeping limit of them: the current and the pinned one are
 // always kept.
 func New(client appsv1client.ControllerRevisionsGetter, indexer cache.Indexer, namespace string, limit int, now func() time.Time) *Store {
-	return &Store{client: client, namespace: namespace, limit: limit, now: now, pruned: map[string]time.Time{},
+	return &Store{client: client, namespace: namespace, limit: limit, now: now, pruned: map[string]time.Time{}, decoded: lru.New(decodedKept),
 		cache: cache.NewIntegerResourceVersionMutationCache(klog.Background(), indexer, indexer, ownWritesKept, true)}
 }
 
@@ -90,17 +109,30 @@ func (s *Store) Of(nc *v1alpha1.NodeConfig) ([]*appsv1.ControllerRevision, error
 var ErrNoRevision = errors.New("no such revision in the NodeConfig's history")
 
 // Get returns revision n of nc, with its data checked against its digest.
-func (s *Store) Get(nc *v1alpha1.NodeConfig, n int64) (*appsv1.ControllerRevision, v1alpha1.RevisionData, error) {
+func (s *Store) Get(nc *v1alpha1.NodeConfig, n int64) (*Pinned, error) {
 	revs, err := s.Of(nc)
 	if err != nil {
-		return nil, v1alpha1.RevisionData{}, err
+		return nil, err
 	}
 	i := slices.IndexFunc(revs, func(cr *appsv1.ControllerRevision) bool { return cr.Revision == n })
 	if i < 0 {
-		return nil, v1alpha1.RevisionData{}, fmt.Errorf("revision %d of NodeConfig %s: %w (kubectl nodeconfig history %s lists those kept)", n, nc.Name, ErrNoRevision, nc.Name)
+		return nil, fmt.Errorf("revision %d of NodeConfig %s: %w (kubectl nodeconfig history %s lists those kept)", n, nc.Name, ErrNoRevision, nc.Name)
 	}
-	d, err := v1alpha1.DecodeRevision(revs[i])
-	return revs[i], d, err
+	cr := revs[i]
+	if p, ok := s.decoded.Get(cr.UID); ok {
+		// The data is the revision's for good; its annotations move.
+		fresh := *p.(*Pinned)
+		fresh.Revision = cr
+		return &fresh, nil
+	}
+	d, err := v1alpha1.DecodeRevision(cr)
+	if err != nil {
+		return nil, err
+	}
+	src := NodeSource(cr, d)
+	p := &Pinned{Revision: cr, Data: d, Source: src, NodeData: map[string]string{src.Key: string(d.Payload)}}
+	s.decoded.Add(cr.UID, p)
+	return p, nil
 }
 
 // NodeSource is the version the nodes are given for revision cr: named by
@@ -144,7 +176,7 @@ func (s *Store) Record(ctx context.Context, nc *v1alpha1.NodeConfig, r Rollout) 
 			return nil
 		}
 	} else {
-		target = latestOf(revs, r.Payload, r.Source)
+		target = latestOf(revs, r.Source)
 	}
 	cur := v1alpha1.CurrentRevision(revs)
 	now := s.now().UTC().Format(time.RFC3339Nano)
@@ -182,14 +214,11 @@ func nextOutcome(had, now string) string {
 	return now
 }
 
-// latestOf is the newest revision holding payload read from source, nil
-// if none does.
-func latestOf(revs []*appsv1.ControllerRevision, payload []byte, source v1alpha1.RevisionSource) *appsv1.ControllerRevision {
-	sum := sha256.Sum256(payload)
-	digest := hex.EncodeToString(sum[:])
+// latestOf is the newest revision read from source (a ConfigMap version,
+// whose content never changes), nil if none was.
+func latestOf(revs []*appsv1.ControllerRevision, source v1alpha1.RevisionSource) *appsv1.ControllerRevision {
 	for _, cr := range slices.Backward(revs) {
-		d, err := v1alpha1.DecodeRevision(cr)
-		if err == nil && d.SHA256 == digest && d.Source == source {
+		if cr.Annotations[v1alpha1.AnnotationRevisionOf] == source.Version() {
 			return cr
 		}
 	}
@@ -229,8 +258,10 @@ func (s *Store) create(ctx context.Context, nc *v1alpha1.NodeConfig, n int64, r 
 	cr := &appsv1.ControllerRevision{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: Name(nc, n), Namespace: s.namespace,
-			Labels:      map[string]string{v1alpha1.LabelHistoryOf: nc.Name},
-			Annotations: map[string]string{v1alpha1.AnnotationRolloutStarted: started, v1alpha1.AnnotationRolloutOutcome: r.Outcome},
+			Labels: map[string]string{v1alpha1.LabelHistoryOf: nc.Name},
+			Annotations: map[string]string{
+				v1alpha1.AnnotationRolloutStarted: started, v1alpha1.AnnotationRolloutOutcome: r.Outcome, v1alpha1.AnnotationRevisionOf: r.Source.Version(),
+			},
 			// Deleting the NodeConfig removes its history (the garbage
 			// collector): a namespaced dependent of a cluster-scoped owner.
 			OwnerReferences: []metav1.OwnerReference{{

@@ -95,11 +95,13 @@ func TestRecordNumbersVersionsAndEndsTheirRollouts(t *testing.T) {
 	if got := f.outcomes(nc); !maps.Equal(got, want) {
 		t.Fatalf("outcomes %v, want %v", got, want)
 	}
-	cr, d, err := f.store.Get(nc, 2)
+	p, err := f.store.Get(nc, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(d.Payload) != "maxPods: 20\n" || d.Source.ResourceVersion != "200" || d.Source.Key != "config.yaml" || len(d.SHA256) != 64 {
+	cr, d := p.Revision, p.Data
+	if string(d.Payload) != "maxPods: 20\n" || d.Source.ResourceVersion != "200" || d.Source.Key != "config.yaml" || len(d.SHA256) != 64 ||
+		cr.Annotations[v1alpha1.AnnotationRevisionOf] != "cm-uid/200/config.yaml" {
 		t.Fatalf("revision 2 holds %+v", d)
 	}
 	if cr.Labels[v1alpha1.LabelHistoryOf] != "workers" || len(cr.OwnerReferences) != 1 || cr.OwnerReferences[0].UID != nc.UID || cr.OwnerReferences[0].Kind != "NodeConfig" {
@@ -130,7 +132,7 @@ func TestRecordPinnedRevisionBecomesCurrent(t *testing.T) {
 	if after := v1alpha1.RevisionStarted(mustGet(t, f.store, nc, 1)); !after.After(before) {
 		t.Fatalf("revision 1's rollout start %v did not move past %v", after, before)
 	}
-	if _, _, err := f.store.Get(nc, 7); !errors.Is(err, ErrNoRevision) {
+	if _, err := f.store.Get(nc, 7); !errors.Is(err, ErrNoRevision) {
 		t.Fatalf("revision 7: %v, want ErrNoRevision", err)
 	}
 }
@@ -208,11 +210,11 @@ func mustOf(t *testing.T, s *Store, nc *v1alpha1.NodeConfig) []*appsv1.Controlle
 
 func mustGet(t *testing.T, s *Store, nc *v1alpha1.NodeConfig, n int64) *appsv1.ControllerRevision {
 	t.Helper()
-	cr, _, err := s.Get(nc, n)
+	p, err := s.Get(nc, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cr
+	return p.Revision
 }
 
 // A NodeConfig synced again before the informer shows the revision the
