@@ -87,11 +87,14 @@ func (c Client) SetPaused(ctx context.Context, name string, paused bool) (*v1alp
 }
 
 // SetRevision merge-patches spec.source.revision (the revision of its
-// history the NodeConfig rolls out), only on the version of nc read, and
-// returns the object the API server stored.
+// history the NodeConfig rolls out), only on nc itself (its uid: not a
+// NodeConfig recreated under its name, whose history is another), and
+// returns the object the API server stored. The reconciler's status
+// writes in between do not matter: the revision was checked against the
+// history, which they do not change.
 func (c Client) SetRevision(ctx context.Context, nc *v1alpha1.NodeConfig, revision int64) (*v1alpha1.NodeConfig, error) {
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"resourceVersion": nc.ResourceVersion},
+		"metadata": map[string]any{"uid": nc.UID},
 		"spec":     map[string]any{"source": map[string]any{"revision": revision}},
 	})
 	if err != nil {
