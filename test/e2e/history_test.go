@@ -30,6 +30,9 @@ func TestUndoToRevisionAfterConfigMapDeleted(t *testing.T) {
 	v1 := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
 	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(1), "rollout": rollout})
 	e.waitAllPromoted(v1.ResourceVersion)
+	e.waitHistory("revision 1 promoted", func(h pluginHistory) bool {
+		return len(h.Revisions) == 1 && h.Revisions[0].Outcome == v1alpha1.OutcomePromoted
+	})
 	v2 := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: 21\n"})
 	e.waitAllPromoted(v2.ResourceVersion)
 	h := e.waitHistory("revisions 1 and 2 promoted, 2 current", func(h pluginHistory) bool {

@@ -70,7 +70,29 @@ func (c *Controller) syncHistory(ctx context.Context, nc *v1alpha1.NodeConfig, s
 	default:
 		r.Outcome = v1alpha1.OutcomeRollingOut
 	}
+	r.Promoted = func(prev *history.Pinned) bool {
+		// Rolled out from its ConfigMap or pinned: either source.
+		fromConfigMap := &nodeconfigv1.ConfigSource{Namespace: prev.Data.Source.Namespace, Name: prev.Data.Source.Name,
+			Uid: prev.Data.Source.UID, ResourceVersion: prev.Data.Source.ResourceVersion, Key: prev.Data.Source.Key}
+		return c.lastKnownGoodEverywhere(nc, fromConfigMap) || c.lastKnownGoodEverywhere(nc, prev.Source)
+	}
 	return c.o.History.Record(ctx, nc, r)
+}
+
+// lastKnownGoodEverywhere says whether every node nc selects has src as
+// its last-known-good: src was promoted everywhere, whatever the nodes
+// try since.
+func (c *Controller) lastKnownGoodEverywhere(nc *v1alpha1.NodeConfig, src *nodeconfigv1.ConfigSource) bool {
+	selected := c.selectedNodes(nc)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, name := range selected {
+		n := c.nodes[name]
+		if n == nil || !records.SameSource(n.Records.GetLastKnownGood().GetSource(), src) {
+			return false
+		}
+	}
+	return true
 }
 
 // promotedEverywhere says whether every node nc selects follows it and

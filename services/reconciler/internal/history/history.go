@@ -155,6 +155,10 @@ type Rollout struct {
 	Source  v1alpha1.RevisionSource
 	// Outcome is how the rollout goes so far (v1alpha1.Outcome...).
 	Outcome string
+	// Promoted says whether the revision that was current reached every
+	// node before this one replaced it (nil: it did not): its end may
+	// not have been noted yet when the next version comes.
+	Promoted func(*Pinned) bool
 }
 
 // Record keeps nc's history in step with r: the version rolled out is a
@@ -197,7 +201,11 @@ func (s *Store) Record(ctx context.Context, nc *v1alpha1.NodeConfig, r Rollout) 
 		}
 	}
 	if cur != nil && cur != target && cur.Annotations[v1alpha1.AnnotationRolloutOutcome] == v1alpha1.OutcomeRollingOut {
-		if err := s.annotate(ctx, cur, "", v1alpha1.OutcomeSuperseded); err != nil {
+		ended := v1alpha1.OutcomeSuperseded
+		if p, err := s.Get(nc, cur.Revision); err == nil && r.Promoted != nil && r.Promoted(p) {
+			ended = v1alpha1.OutcomePromoted
+		}
+		if err := s.annotate(ctx, cur, "", ended); err != nil {
 			return err
 		}
 	}

@@ -237,3 +237,21 @@ func TestRecordAgainBeforeTheCacheCatchesUpWritesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A revision replaced before its end was noted is promoted if it reached
+// every node, superseded if not.
+func TestRecordNotesAnUnnotedPromotionWhenReplaced(t *testing.T) {
+	f := newFixture(t, DefaultLimit)
+	nc := nodeConfig()
+	f.record(nc, cmVersion("100", "a: 1\n"))
+	v2 := cmVersion("200", "a: 2\n")
+	v2.Promoted = func(p *Pinned) bool { return p.Revision.Revision == 1 }
+	f.record(nc, v2)
+	v3 := cmVersion("300", "a: 3\n")
+	v3.Promoted = func(*Pinned) bool { return false }
+	f.record(nc, v3)
+	want := map[int64]string{1: v1alpha1.OutcomePromoted, 2: v1alpha1.OutcomeSuperseded, 3: v1alpha1.OutcomeRollingOut}
+	if got := f.outcomes(nc); !maps.Equal(got, want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+}
