@@ -16,6 +16,7 @@ import (
 	"nodeconfig.io/services/reconciler/internal/agentcerts"
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/controller"
+	"nodeconfig.io/services/reconciler/internal/history"
 	"nodeconfig.io/services/reconciler/server"
 	"nodeconfig.io/services/servekit"
 	"nodeconfig.io/services/servekit/kubeapi"
@@ -70,6 +71,8 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.server.BaseDelay, "retry-base-delay", controller.DefaultBaseDelay, "first retry delay after an early error (doubles per failure)")
 	fs.DurationVar(&o.server.MaxDelay, "retry-max-delay", controller.DefaultMaxDelay, "cap of the retry delay")
 	fs.StringVar(&o.admissionPolicy, "admission-policy", "nodeconfig-reconciler-abandon-mark", "the ValidatingAdmissionPolicy (and its binding of the same name) that confines the reconciler's Node patches to its abandon mark: it refuses to start unless that is installed and enforced; empty: no check (a cluster without deploy/rbac.yaml)")
+	fs.StringVar(&o.server.HistoryNamespace, "history-namespace", "nodeconfig-system", "namespace where each NodeConfig's revisions (ControllerRevisions, kubectl nodeconfig history) are kept: the install's own; empty keeps no history")
+	fs.IntVar(&o.server.RevisionHistoryLimit, "revision-history-limit", history.DefaultLimit, "revisions each NodeConfig keeps, oldest pruned first (the current and the pinned one are always kept)")
 	fs.BoolVar(&o.leaderElect, "leader-elect", true, "elect one active replica through a Lease")
 	fs.StringVar(&le.Namespace, "leader-elect-namespace", "nodeconfig-system", "namespace of the Lease")
 	fs.StringVar(&le.Name, "leader-elect-name", "nodeconfig-reconciler", "name of the Lease")

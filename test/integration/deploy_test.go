@@ -106,6 +106,14 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 		{reconciler, "update certificatesigningrequests.certificates.k8s.io --subresource=approval", true},
 		{reconciler, "update certificatesigningrequests.certificates.k8s.io --subresource=status", true},
 		{reconciler, "create pods -n nodeconfig-system", false},
+		{reconciler, "create controllerrevisions.apps -n nodeconfig-system", true},
+		{reconciler, "patch controllerrevisions.apps -n nodeconfig-system", true},
+		{reconciler, "delete controllerrevisions.apps -n nodeconfig-system", true},
+		{reconciler, "watch controllerrevisions.apps -n nodeconfig-system", true},
+		{reconciler, "update controllerrevisions.apps -n nodeconfig-system", false},
+		{reconciler, "create controllerrevisions.apps -n default", false},
+		{reconciler, "list controllerrevisions.apps -A", false},
+		{agent, "list controllerrevisions.apps -n nodeconfig-system", false},
 		{reconciler, "*", false},
 	} {
 		args := append([]string{"auth", "can-i", "--as=" + tc.as}, strings.Fields(tc.args)...)

@@ -70,6 +70,7 @@ func TestThePauserMayOnlyPauseAndResume(t *testing.T) {
 		"maxInTrial":       `{"spec":{"rollout":{"maxInTrial":"100%"}}}`,
 		"maxFailures":      `{"spec":{"rollout":{"maxFailures":0}}}`,
 		"the windows":      `{"spec":{"rollout":{"windows":[{"start":"00:00","end":"01:00"}]}}}`,
+		"the revision":     `{"spec":{"source":{"revision":1}}}`,
 		"a label":          `{"metadata":{"labels":{"x":"y"}}}`,
 		"an annotation":    `{"metadata":{"annotations":{"x":"y"}}}`,
 		"a finalizer":      `{"metadata":{"finalizers":["example.com/hold"]}}`,

@@ -133,10 +133,20 @@ type PrometheusGate struct {
 }
 
 // Source names where the config comes from; nil means local defaults.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.revision) || has(self.configMap)",message="revision needs configMap: it is a stored version of that ConfigMap key"
 type Source struct {
 	// A key of a ConfigMap.
 	// +optional
 	ConfigMap *ConfigMapSource `json:"configMap,omitempty"`
+	// Rolls out this stored revision of the NodeConfig's history (kubectl
+	// nodeconfig history) instead of what the ConfigMap holds now: the
+	// nodes get the revision's bytes, at the rollout's pace, even once the
+	// ConfigMap was edited or deleted. kubectl nodeconfig undo sets it;
+	// removing it follows the ConfigMap again.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	Revision *int64 `json:"revision,omitempty"`
 }
 
 // ConfigMapSource is one key of a ConfigMap.

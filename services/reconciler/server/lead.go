@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,7 @@ import (
 	"nodeconfig.io/services/reconciler/internal/agents"
 	"nodeconfig.io/services/reconciler/internal/cmwatch"
 	"nodeconfig.io/services/reconciler/internal/controller"
+	"nodeconfig.io/services/reconciler/internal/history"
 	"nodeconfig.io/services/reconciler/internal/intern"
 )
 
@@ -71,13 +73,18 @@ func (r *Reconciler) lead(ctx context.Context) {
 	recorder, stopRecording := eventRecorder(ctx, r.o.Kube)
 	defer stopRecording()
 
+	historyFactory, store := r.history()
+	if historyFactory != nil {
+		synced = append(synced, historyFactory.Apps().V1().ControllerRevisions().Informer().HasSynced)
+	}
+
 	c := controller.New(controller.Options{
 		Kube: r.o.Kube, NodeConfigClient: r.o.NodeConfigClient,
 		Nodes:      metadatalister.New(nodes.Informer().GetIndexer(), nodesResource),
 		ConfigMaps: cms.Lister(), ConfigMapErr: cms.Err, ConfigMapListed: cms.Listed, NodeConfigs: ncLister, Synced: synced,
 		Agents: agentPool, Recorder: recorder, NormalNodeEvents: r.o.NodeEvents == "all", NodeValidationOnly: r.o.NodeValidationOnly, Rules: r.o.Rules,
 		Checker: configcheck.Checker{Kubelet: kubeletexec.Runner{Path: r.o.KubeletCheck}.Check},
-		Metrics: r.metrics, Log: r.o.Log,
+		Metrics: r.metrics, Log: r.o.Log, History: store,
 		BaseDelay: r.o.BaseDelay, MaxDelay: r.o.MaxDelay,
 	})
 	nodeH, configMapH, ncH, podH := c.Handlers()
@@ -85,6 +92,11 @@ func (r *Reconciler) lead(ctx context.Context) {
 	_, _ = nodes.Informer().AddEventHandler(nodeH)
 	_, _ = ncs.AddEventHandler(ncH)
 	watchReferencedConfigMaps(ctx, ncs, ncLister, cms)
+	if historyFactory != nil {
+		_, _ = historyFactory.Apps().V1().ControllerRevisions().Informer().AddEventHandler(c.HistoryHandler())
+		historyFactory.Start(ctx.Done())
+		defer historyFactory.Shutdown()
+	}
 	if podInformer != nil {
 		_, _ = podInformer.AddEventHandler(podH)
 		podFactory.Start(ctx.Done())
@@ -127,6 +139,18 @@ func (r *Reconciler) agentPodFactory() informers.SharedInformerFactory {
 	return informers.NewSharedInformerFactoryWithOptions(r.o.Kube, 0, informers.WithNamespace(a.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = a.Selector }),
 		informers.WithTransform(agentPodOnly))
+}
+
+// history watches the NodeConfigs' revisions (those labelled with one, in
+// HistoryNamespace) and builds their store; nil, nil when no history is
+// kept.
+func (r *Reconciler) history() (informers.SharedInformerFactory, *history.Store) {
+	if r.o.HistoryNamespace == "" {
+		return nil, nil
+	}
+	f := informers.NewSharedInformerFactoryWithOptions(r.o.Kube, 0, informers.WithNamespace(r.o.HistoryNamespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = v1alpha1.LabelHistoryOf }))
+	return f, history.New(r.o.Kube.AppsV1(), f.Apps().V1().ControllerRevisions().Informer().GetIndexer(), r.o.HistoryNamespace, r.o.RevisionHistoryLimit, time.Now)
 }
 
 // watchReferencedConfigMaps keeps cms watching the ConfigMaps the

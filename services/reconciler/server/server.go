@@ -64,6 +64,12 @@ type Options struct {
 	// BaseDelay and MaxDelay bound a node's retry delay after an early
 	// error (doubling per failure).
 	BaseDelay, MaxDelay time.Duration
+	// HistoryNamespace is where each NodeConfig's revisions are kept
+	// (ControllerRevisions); empty keeps none.
+	HistoryNamespace string
+	// RevisionHistoryLimit is how many revisions each NodeConfig keeps
+	// (the current and the pinned one are always kept).
+	RevisionHistoryLimit int
 	// LeaderElection, when set, runs the controller only while this
 	// replica holds the Lease; nil runs it at once.
 	LeaderElection *LeaderElection

@@ -55,8 +55,8 @@ func New(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "kubectl-nodeconfig",
 		Short: "See and steer nodeconfig's rollouts of kubelet config",
 		Long: `kubectl nodeconfig shows where each node stands with the config its NodeConfig
-rolls out, explains why, previews what a node would run, and pauses or
-resumes a rollout.
+rolls out, explains why, previews what a node would run, pauses or
+resumes a rollout, and lists and undoes its revisions (history, undo).
 
 It reads the Kubernetes API (kubeconfig as kubectl loads it: --kubeconfig,
 $KUBECONFIG or ~/.kube/config, --context) and the reconciler's gRPC API. The
@@ -85,14 +85,14 @@ Every command takes -o json: its fields are listed in the command's --help.`,
 	f.StringVar(&o.kube.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&o.kube.Context, "context", "", "kubeconfig context to use")
 	f.StringVar(&o.reconciler.Address, "reconciler", "", "the reconciler's gRPC address, host:port (plaintext) or unix:/path; empty: port-forward to the leader's pod")
-	f.StringVarP(&o.reconciler.Namespace, "namespace", "n", reconciler.DefaultNamespace, "namespace of the reconciler's pods and Lease")
+	f.StringVarP(&o.reconciler.Namespace, "namespace", "n", reconciler.DefaultNamespace, "namespace of the reconciler's pods and Lease, and of the NodeConfigs' revisions")
 	f.StringVar(&o.reconciler.Lease, "lease", reconciler.DefaultLease, "name of the Lease the reconciler's leader holds")
 	f.IntVar(&o.reconciler.Port, "reconciler-port", reconciler.DefaultPort, "the reconciler's gRPC port in its pod")
 	f.DurationVar(&o.timeout, "reconciler-timeout", 10*time.Second, "how long to wait for the reconciler's answer")
 	f.DurationVar(&o.requestTimeout, "request-timeout", time.Minute, "how long the whole command may take")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 
-	root.AddCommand(statusCommand(o), whyCommand(o), diffCommand(o), pauseCommand(o, true), pauseCommand(o, false))
+	root.AddCommand(statusCommand(o), whyCommand(o), diffCommand(o), pauseCommand(o, true), pauseCommand(o, false), historyCommand(o), undoCommand(o))
 	return root
 }
 

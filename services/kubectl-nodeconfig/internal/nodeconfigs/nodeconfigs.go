@@ -85,3 +85,20 @@ func (c Client) SetPaused(ctx context.Context, name string, paused bool) (*v1alp
 	}
 	return c.NodeConfigs.NodeConfigV1alpha1().NodeConfigs().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
+
+// SetRevision merge-patches spec.source.revision (the revision of its
+// history the NodeConfig rolls out), only on nc itself (its uid: not a
+// NodeConfig recreated under its name, whose history is another), and
+// returns the object the API server stored. The reconciler's status
+// writes in between do not matter: the revision was checked against the
+// history, which they do not change.
+func (c Client) SetRevision(ctx context.Context, nc *v1alpha1.NodeConfig, revision int64) (*v1alpha1.NodeConfig, error) {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": nc.UID},
+		"spec":     map[string]any{"source": map[string]any{"revision": revision}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c.NodeConfigs.NodeConfigV1alpha1().NodeConfigs().Patch(ctx, nc.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+}

@@ -210,6 +210,10 @@ func wants(nc *v1alpha1.NodeConfig) string {
 	if v == "" {
 		v = "yaml"
 	}
+	if r := nc.Spec.Source.Revision; r != nil {
+		// Undone: the revision's bytes, whatever the ConfigMap holds now.
+		return fmt.Sprintf("revision %d of its history, once read from ConfigMap %s/%s key %s (validator %s; kubectl nodeconfig history %s)", *r, cm.Namespace, cm.Name, cm.Key, v, nc.Name)
+	}
 	return fmt.Sprintf("ConfigMap %s/%s key %s (validator %s)", cm.Namespace, cm.Name, cm.Key, v)
 }
 

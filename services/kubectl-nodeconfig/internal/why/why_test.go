@@ -335,3 +335,14 @@ func TestJSONFieldNames(t *testing.T) {
 		}
 	}
 }
+
+// A NodeConfig undone to a revision wants that revision, not what its
+// ConfigMap holds now.
+func TestWantsSaysThePinnedRevision(t *testing.T) {
+	two := int64(2)
+	nc := &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "workers"}, Spec: v1alpha1.NodeConfigSpec{
+		Source: &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: "ns", Name: "cm", Key: "config.yaml"}, Revision: &two}}}
+	if got, want := wants(nc), "revision 2 of its history, once read from ConfigMap ns/cm key config.yaml (validator yaml; kubectl nodeconfig history workers)"; got != want {
+		t.Fatalf("wants %q, want %q", got, want)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/configcheck/fieldpolicy"
 	"nodeconfig.io/services/reconciler/internal/agents"
+	"nodeconfig.io/services/reconciler/internal/history"
 	"nodeconfig.io/services/reconciler/internal/rollout"
 )
 
@@ -71,6 +72,10 @@ type Options struct {
 	// child process (kubeletexec), so this binary does not link the
 	// kubelet's code.
 	Checker configcheck.Checker
+	// History keeps each version a NodeConfig rolls out as a revision, and
+	// reads the revision spec.source.revision pins; nil keeps none (and
+	// resolves no pinned revision).
+	History *history.Store
 	// RPCTimeout bounds one sync's calls to a node's checkpointd.
 	RPCTimeout time.Duration
 	Now        func() time.Time

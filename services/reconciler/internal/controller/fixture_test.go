@@ -207,6 +207,7 @@ type fakeAgent struct {
 	now       func() time.Time
 	recs      *nodeconfigv1.Records
 	calls     []string
+	puts      []*nodeconfigv1.PutCheckpointRequest
 	lateError bool
 	// putErr fails every PutCheckpoint with it (a full or read-only disk),
 	// activateErr every Activate.
@@ -260,10 +261,11 @@ func (a *fakeAgent) GetCheckpoint(context.Context, *nodeconfigv1.GetCheckpointRe
 	return nil, status.Error(codes.Unimplemented, "the reconciler sends a checkpoint without looking it up")
 }
 
-func (a *fakeAgent) PutCheckpoint(_ context.Context, _ *nodeconfigv1.PutCheckpointRequest, _ ...grpc.CallOption) (*nodeconfigv1.PutCheckpointResponse, error) {
+func (a *fakeAgent) PutCheckpoint(_ context.Context, r *nodeconfigv1.PutCheckpointRequest, _ ...grpc.CallOption) (*nodeconfigv1.PutCheckpointResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.call("PutCheckpoint")
+	a.puts = append(a.puts, proto.Clone(r).(*nodeconfigv1.PutCheckpointRequest))
 	if a.putErr != nil {
 		return nil, a.putErr
 	}

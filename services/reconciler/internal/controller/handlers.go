@@ -12,6 +12,10 @@ import (
 	"nodeconfig.io/services/api/v1alpha1"
 )
 
+// HistoryHandler is the revisions informer's event handler; it only
+// enqueues.
+func (c *Controller) HistoryHandler() cache.ResourceEventHandler { return c.historyHandler() }
+
 // Handlers returns the informer event handlers; they only enqueue.
 func (c *Controller) Handlers() (nodes, configMaps, nodeConfigs, pods cache.ResourceEventHandler) {
 	nodes = cache.ResourceEventHandlerFuncs{

@@ -67,6 +67,14 @@ func (c *Controller) syncNodeConfig(ctx context.Context, name string) (time.Dura
 	if status.NextWindow != nil {
 		requeue = max(status.NextWindow.Sub(c.o.Now()), time.Second)
 	}
+	// The history is a record, not a gate: a failed write of it holds
+	// neither the status nor the nodes.
+	if err := c.syncHistory(ctx, nc, status); err != nil {
+		c.historyErr(nc, err)
+		if requeue == 0 || requeue > historyRetry {
+			requeue = historyRetry
+		}
+	}
 	if reflect.DeepEqual(status, nc.Status) {
 		return requeue, nil
 	}

@@ -48,7 +48,7 @@ func (c *Controller) Preview(ctx context.Context, name string) (*Preview, error)
 		if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil {
 			continue
 		}
-		src, data, err := c.pinned(nc.Spec.Source.ConfigMap)
+		src, data, err := c.resolve(nc)
 		if err != nil {
 			return nil, fmt.Errorf("NodeConfig %s: %w", nc.Name, err)
 		}

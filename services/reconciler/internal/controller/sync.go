@@ -254,17 +254,17 @@ func (c *Controller) pinned(ref *v1alpha1.ConfigMapSource) (*nodeconfigv1.Config
 	return &nodeconfigv1.ConfigSource{Namespace: cm.Namespace, Name: cm.Name, Uid: string(cm.UID), ResourceVersion: cm.ResourceVersion, Key: ref.Key}, cm.Data, nil
 }
 
-// desiredFor resolves a NodeConfig's source for a node from the cache; a
-// missing ConfigMap or key is an early error that heals when it appears,
-// and one not listed yet is errConfigMapNotListed: no news at all.
+// desiredFor resolves a NodeConfig's source for a node from the caches
+// (resolve); a missing ConfigMap, key or revision is an early error that
+// heals when it appears, and one not listed yet is errConfigMapNotListed:
+// no news at all.
 func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, node *metav1.PartialObjectMetadata) (policy.Desired, error) {
-	ref := nc.Spec.Source.ConfigMap
 	// Outside a maintenance window even a drift repair waits: it restarts
 	// the kubelet.
 	pol := c.book.Policy(nc)
 	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: pol.SoakSeconds, NodeConfig: nc.Name, Health: pol.Health,
 		CheckDrift: c.book.Held(nc).Reason != v1alpha1.ReasonOutsideWindow}
-	src, data, err := c.pinned(ref)
+	src, data, err := c.resolve(nc)
 	if errors.Is(err, errConfigMapNotListed) {
 		return policy.Desired{}, err
 	}
@@ -273,7 +273,7 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 		return d, nil
 	}
 	d.Source = src
-	refused, err := c.refusal(ctx, rollout.VersionOf(d.Source, d.Validator), d.Validator, data[ref.Key])
+	refused, err := c.refusal(ctx, rollout.VersionOf(d.Source, d.Validator), d.Validator, data[src.Key])
 	if refused != "" || err != nil {
 		// Refused centrally, or not judged yet (the validator could not
 		// run): no node is assigned it, every node stays on what it runs

@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"nodeconfig.io/services/kubectl-nodeconfig/internal/history"
+	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
+	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
+)
+
+func historyCommand(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use:   "history NODECONFIG",
+		Short: "List the revisions a NodeConfig rolled out, as kubectl rollout history",
+		Long: `history lists the revisions of a NodeConfig: each version of its ConfigMap key
+it rolled out, kept by the reconciler as a ControllerRevision in --namespace
+(the newest --revision-history-limit of them). Per revision: its number, the
+payload's sha256 (short), the ConfigMap version it was read from, when its
+latest rollout started, and how that went (RollingOut, Promoted, Halted,
+Refused, Superseded); the current one (its rollout started last) and the one
+spec.source.revision pins are marked.
+
+-o json prints:
+  name, revisions: [{revision, sha256, source: {namespace, name, uid, resourceVersion, key},
+    started (RFC 3339), outcome, current, pinned, error}]`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := o.context(cmd)
+			defer cancel()
+			c, err := o.connect()
+			if err != nil {
+				return err
+			}
+			nc, err := nodeconfigs.Client{NodeConfigs: c.NodeConfigs}.Get(ctx, args[0])
+			if err != nil {
+				return fmt.Errorf("NodeConfig %s: %w", args[0], err)
+			}
+			revs, err := history.List(ctx, c.Kube, o.reconciler.Namespace, nc)
+			if err != nil {
+				return err
+			}
+			if o.json() {
+				return report.JSON(o.stdout, HistoryResult{Name: nc.Name, Revisions: revs})
+			}
+			return history.Text(o.stdout, nc.Name, revs)
+		},
+	}
+}
+
+// HistoryResult is history's `-o json`.
+type HistoryResult struct {
+	Name      string             `json:"name"`
+	Revisions []history.Revision `json:"revisions"`
+}
+
+// UndoResult is undo's `-o json`.
+type UndoResult struct {
+	Name            string `json:"name"`
+	Revision        int64  `json:"revision"`
+	Changed         bool   `json:"changed"`
+	Generation      int64  `json:"generation"`
+	ResourceVersion string `json:"resourceVersion"`
+}
+
+func undoCommand(o *options) *cobra.Command {
+	var to int64
+	cmd := &cobra.Command{
+		Use:   "undo NODECONFIG [--to-revision N]",
+		Short: "Roll a NodeConfig back to a revision of its history, as kubectl rollout undo",
+		Long: `undo rolls out a revision of the NodeConfig's history again (kubectl nodeconfig
+history lists them): by default the one numbered below the current one, or
+--to-revision N. It sets spec.source.revision: the nodes get that revision's
+bytes even if its ConfigMap was edited or deleted since, through the normal
+rollout (maxInTrial, maxFailures, pause and maintenance windows apply). A
+revision that is not kept is refused and nothing changes. To follow the
+ConfigMap again, remove spec.source.revision:
+  kubectl patch nodeconfig NODECONFIG --type=merge -p '{"spec":{"source":{"revision":null}}}'
+
+-o json prints: {name, revision, changed, generation, resourceVersion}`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if to < 0 {
+				return fmt.Errorf("--to-revision %d: want a revision number of at least 1", to)
+			}
+			ctx, cancel := o.context(cmd)
+			defer cancel()
+			c, err := o.connect()
+			if err != nil {
+				return err
+			}
+			client := nodeconfigs.Client{NodeConfigs: c.NodeConfigs}
+			nc, err := client.Get(ctx, args[0])
+			if err != nil {
+				return fmt.Errorf("NodeConfig %s: %w", args[0], err)
+			}
+			if nodeconfigs.ConfigMapOf(nc) == nil {
+				return fmt.Errorf("NodeConfig %s names no ConfigMap: its nodes use their local defaults, there is nothing to undo", nc.Name)
+			}
+			revs, err := history.List(ctx, c.Kube, o.reconciler.Namespace, nc)
+			if err != nil {
+				return err
+			}
+			target, err := history.UndoTarget(nc.Name, revs, to)
+			if err != nil {
+				return err
+			}
+			r := UndoResult{Name: nc.Name, Revision: target, Generation: nc.Generation, ResourceVersion: nc.ResourceVersion}
+			if cur := nc.Spec.Source.Revision; cur == nil || *cur != target {
+				updated, err := client.SetRevision(ctx, nc, target)
+				if err != nil {
+					return fmt.Errorf("NodeConfig %s: %w", nc.Name, err)
+				}
+				r.Changed, r.Generation, r.ResourceVersion = true, updated.Generation, updated.ResourceVersion
+			}
+			if o.json() {
+				return report.JSON(o.stdout, r)
+			}
+			_, err = fmt.Fprintln(o.stdout, UndoText(r))
+			return err
+		},
+	}
+	cmd.Flags().Int64Var(&to, "to-revision", 0, "the revision to roll out (default: the one before the current one)")
+	return cmd
+}
+
+// UndoText is undo's text output.
+func UndoText(r UndoResult) string {
+	if !r.Changed {
+		return fmt.Sprintf("NodeConfig %s already rolls out revision %d (spec.source.revision); nothing changed.", r.Name, r.Revision)
+	}
+	return fmt.Sprintf("NodeConfig %s rolls out revision %d (spec.source.revision=%d, generation %d) at its pace: maxInTrial, pause and windows apply.", r.Name, r.Revision, r.Revision, r.Generation)
+}

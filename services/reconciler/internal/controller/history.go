@@ -1,0 +1,154 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"nodeconfig.io/proto/nodeconfig/records"
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/history"
+	"nodeconfig.io/services/reconciler/internal/pacing"
+	"nodeconfig.io/services/reconciler/internal/rollout"
+)
+
+// resolve is the version nc assigns now, from the caches: the ConfigMap
+// key's current version, or the revision spec.source.revision pins. The
+// source is pinned for the nodes, and data holds its payload under its
+// key.
+func (c *Controller) resolve(nc *v1alpha1.NodeConfig) (*nodeconfigv1.ConfigSource, map[string]string, error) {
+	if n := nc.Spec.Source.Revision; n != nil {
+		return c.revision(nc, *n)
+	}
+	return c.pinned(nc.Spec.Source.ConfigMap)
+}
+
+// revision resolves revision n of nc's history; a revision that is not
+// kept (or whose bytes fail their digest) is an error that says so.
+func (c *Controller) revision(nc *v1alpha1.NodeConfig, n int64) (*nodeconfigv1.ConfigSource, map[string]string, error) {
+	if c.o.History == nil {
+		return nil, nil, fmt.Errorf("spec.source.revision %d: this reconciler keeps no history", n)
+	}
+	p, err := c.o.History.Get(nc, n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("spec.source.revision: %w", err)
+	}
+	return p.Source, p.NodeData, nil
+}
+
+// syncHistory keeps nc's history in step with what it rolls out (st is
+// the status just computed). Nothing is noted while the version cannot be
+// read.
+func (c *Controller) syncHistory(ctx context.Context, nc *v1alpha1.NodeConfig, st v1alpha1.NodeConfigStatus) error {
+	if c.o.History == nil || rollout.Lets(nc) {
+		return nil
+	}
+	src, data, err := c.resolve(nc)
+	if err != nil {
+		return nil
+	}
+	r := history.Rollout{}
+	if n := nc.Spec.Source.Revision; n != nil {
+		r.Pinned = *n
+	} else {
+		r.Payload = []byte(data[src.Key])
+		r.Source = v1alpha1.RevisionSource{Namespace: src.Namespace, Name: src.Name, UID: src.Uid, ResourceVersion: src.ResourceVersion, Key: src.Key}
+	}
+	v := rollout.VersionOf(src, validators[nc.Spec.Validator])
+	switch {
+	case c.knownRefusal(v) != "":
+		r.Outcome = v1alpha1.OutcomeRefused
+	case pacing.Halted(rollout.Failures(st.RolledBackVersions, v), c.book.Policy(nc).MaxFailures):
+		r.Outcome = v1alpha1.OutcomeHalted
+	case c.promotedEverywhere(nc, src):
+		r.Outcome = v1alpha1.OutcomePromoted
+	default:
+		r.Outcome = v1alpha1.OutcomeRollingOut
+	}
+	r.Promoted = func(prev *history.Pinned) bool {
+		// Rolled out from its ConfigMap or pinned: either source.
+		fromConfigMap := &nodeconfigv1.ConfigSource{Namespace: prev.Data.Source.Namespace, Name: prev.Data.Source.Name,
+			Uid: prev.Data.Source.UID, ResourceVersion: prev.Data.Source.ResourceVersion, Key: prev.Data.Source.Key}
+		return c.lastKnownGoodEverywhere(nc, fromConfigMap) || c.lastKnownGoodEverywhere(nc, prev.Source)
+	}
+	return c.o.History.Record(ctx, nc, r)
+}
+
+// lastKnownGoodEverywhere says whether every node nc selects has src as
+// its last-known-good: src was promoted everywhere, whatever the nodes
+// try since.
+func (c *Controller) lastKnownGoodEverywhere(nc *v1alpha1.NodeConfig, src *nodeconfigv1.ConfigSource) bool {
+	selected := c.selectedNodes(nc)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, name := range selected {
+		n := c.nodes[name]
+		if n == nil || !records.SameSource(n.Records.GetLastKnownGood().GetSource(), src) {
+			return false
+		}
+	}
+	return true
+}
+
+// promotedEverywhere says whether every node nc selects follows it and
+// runs src as its assigned and last-known-good config, by the records
+// last read from the node.
+func (c *Controller) promotedEverywhere(nc *v1alpha1.NodeConfig, src *nodeconfigv1.ConfigSource) bool {
+	selected := c.selectedNodes(nc)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, name := range selected {
+		n := c.nodes[name]
+		if n == nil || n.NodeConfig != nc.Name {
+			return false
+		}
+		recs := n.Records
+		if recs.GetError() != nil || !records.SameSource(recs.GetAssigned().GetSource(), src) || !records.SameSource(recs.GetLastKnownGood().GetSource(), src) {
+			return false
+		}
+	}
+	return true
+}
+
+// historyHandler queues the NodeConfig a revision belongs to: its status
+// (the history's outcome), and its nodes when the revision comes or goes
+// (one pinned may just have become readable, or gone).
+func (c *Controller) historyHandler() cache.ResourceEventHandler {
+	of := func(obj any) string {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if cr, ok := obj.(*appsv1.ControllerRevision); ok {
+			return cr.Labels[v1alpha1.LabelHistoryOf]
+		}
+		return ""
+	}
+	nodesToo := func(obj any) {
+		name := of(obj)
+		c.queueStatus(name)
+		if nc := c.liveNodeConfig(name); nc != nil && nc.Spec.Source != nil && nc.Spec.Source.Revision != nil {
+			c.enqueueSelected(nc)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { nodesToo(obj) },
+		UpdateFunc: func(_, cur any) { c.queueStatus(of(cur)) },
+		DeleteFunc: func(obj any) { nodesToo(obj) },
+	}
+}
+
+// historyRetry is when a NodeConfig whose history could not be written
+// (or whose cache lags its own write) looks again.
+const historyRetry = 2 * time.Second
+
+// historyErr logs a failed history write; a cache that lags is no error.
+func (c *Controller) historyErr(nc *v1alpha1.NodeConfig, err error) {
+	if !errors.Is(err, history.ErrCacheBehind) {
+		c.o.Log.Info("NodeConfig history not written; retrying", "nodeconfig", nc.Name, "err", err)
+	}
+}

@@ -1,0 +1,97 @@
+package controller
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/history"
+)
+
+// withHistory gives the fixture's controller a history in
+// "nodeconfig-system" on its fake API server; refresh copies what that
+// holds into the cache, as the informer would.
+func (f *fixture) withHistory() (refresh func()) {
+	f.t.Helper()
+	index := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	f.c.o.History = history.New(f.kube.AppsV1(), index, "nodeconfig-system", history.DefaultLimit, func() time.Time { return f.now })
+	return func() {
+		f.t.Helper()
+		list, err := f.kube.AppsV1().ControllerRevisions("nodeconfig-system").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		var objs []any
+		for i := range list.Items {
+			objs = append(objs, &list.Items[i])
+		}
+		if err := index.Replace(objs, ""); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// The version a NodeConfig rolls out becomes revision 1, holding the
+// key's bytes alone; pinned once its ConfigMap is gone, the node is
+// given those bytes under the revision's own source; an unknown revision
+// is an early error naming it.
+func TestPinnedRevisionReachesTheNodeAfterItsConfigMapIsGone(t *testing.T) {
+	f := newFixture(t)
+	refresh := f.withHistory()
+	a := f.addNode("n1", map[string]string{"pool": "a"})
+	f.addConfigMap("ns", "cfg", "10", map[string]string{"config.yaml": "a: 1\n", "other": "x"})
+	nc := &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "pool-a", Finalizers: []string{v1alpha1.Finalizer}}, Spec: v1alpha1.NodeConfigSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
+		Source:       &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: "ns", Name: "cfg", Key: "config.yaml"}},
+		SoakSeconds:  60,
+	}}
+	f.setNodeConfig(nc)
+	if err := f.syncNode("n1"); err != nil {
+		t.Fatal(err)
+	}
+	f.syncNodeConfig(nc.Name)
+	refresh()
+	p, err := f.c.o.History.Get(f.storedNodeConfig(nc.Name), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr, d := p.Revision, p.Data
+	if string(d.Payload) != "a: 1\n" || d.Source.ResourceVersion != "10" || cr.Annotations[v1alpha1.AnnotationRolloutOutcome] != v1alpha1.OutcomeRollingOut {
+		t.Fatalf("revision 1: %+v, annotations %v", d, cr.Annotations)
+	}
+
+	if err := f.cms.Delete(&metav1.ObjectMeta{Namespace: "ns", Name: "cfg"}); err != nil {
+		t.Fatal(err)
+	}
+	nc.Spec.Source.Revision = ptr.To[int64](1)
+	nc.Generation++
+	f.setNodeConfig(nc)
+	if err := f.syncNode("n1"); err != nil {
+		t.Fatal(err)
+	}
+	put := a.puts[len(a.puts)-1]
+	if src := put.GetSource(); src.GetUid() != string(cr.UID) || src.GetResourceVersion() != "revision-1" || src.GetKey() != "config.yaml" ||
+		!maps.Equal(put.GetData(), map[string]string{"config.yaml": "a: 1\n"}) {
+		t.Fatalf("the node was given %v", put)
+	}
+	if got := a.records().GetAssigned().GetSource().GetResourceVersion(); got != "revision-1" {
+		t.Fatalf("the node has %q assigned, want revision-1", got)
+	}
+
+	nc.Spec.Source.Revision = ptr.To[int64](5)
+	nc.Generation++
+	f.setNodeConfig(nc)
+	if err := f.syncNode("n1"); err == nil || !strings.Contains(err.Error(), "revision 5 of NodeConfig pool-a: no such revision") {
+		t.Fatalf("a sync pinned to an unknown revision: %v", err)
+	}
+	if got := a.records().GetAssigned().GetSource().GetResourceVersion(); got != "revision-1" {
+		t.Fatalf("an unknown revision changed the node's assignment to %q", got)
+	}
+}
