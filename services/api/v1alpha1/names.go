@@ -121,6 +121,13 @@ const (
 	// ReasonRolloutComplete (Progressing=False): every selected node uses
 	// the config.
 	ReasonRolloutComplete = "RolloutComplete"
+	// ReasonUndoingHaltedVersion (Progressing=True): the version halted and
+	// spec.rollout.onHalt is Undo: the nodes that took it go back to the
+	// last revision promoted everywhere; the message says how far.
+	ReasonUndoingHaltedVersion = "UndoingHaltedVersion"
+	// ReasonHaltedVersionUndone (Progressing=False): every selected node
+	// runs that revision again.
+	ReasonHaltedVersionUndone = "HaltedVersionUndone"
 	// ReasonAllNodesActive (Ready=True): every selected node has the config
 	// active and last-known-good.
 	ReasonAllNodesActive = "AllNodesActive"

@@ -192,7 +192,23 @@ type Rollout struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	Windows []Window `json:"windows,omitempty"`
+	// What a halt does to the nodes that already took the halted version
+	// (soaking or promoted): Undo takes them back to the last revision
+	// promoted everywhere before it, paced as any rollout (maxInTrial,
+	// pause, windows), until the source changes again; Hold leaves them
+	// on it. Undo needs the history (the revision to go back to); with
+	// none, a halt holds.
+	// +kubebuilder:validation:Enum=Undo;Hold
+	// +kubebuilder:default=Undo
+	// +optional
+	OnHalt string `json:"onHalt,omitempty"`
 }
+
+// What a halt does (Rollout.OnHalt).
+const (
+	OnHaltUndo = "Undo"
+	OnHaltHold = "Hold"
+)
 
 // Window is a recurring maintenance window: from start to end (HH:MM; an end
 // before the start wraps past midnight) on days (empty: every day), in

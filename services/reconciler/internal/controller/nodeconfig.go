@@ -236,6 +236,15 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 		progressing, reason := metav1.ConditionTrue, v1alpha1.ReasonRollingOut
 		if halted {
 			progressing = metav1.ConditionFalse
+			if p := c.undoTarget(nc, c.currentSource(nc)); p != nil {
+				var undone bool
+				reason, msg, undone = c.undoProgress(nc, p, selected)
+				if !undone {
+					progressing = metav1.ConditionTrue
+					// Promoted nodes are not synced again by themselves.
+					c.enqueueSelected(nc)
+				}
+			}
 		}
 		if held.Reason != "" && st.Waiting > 0 {
 			// Held: the reason says why nothing new starts.

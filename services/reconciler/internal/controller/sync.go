@@ -272,6 +272,14 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 		d.ResolveErr = &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonDownloadFailed, Message: err.Error()}
 		return d, nil
 	}
+	if p := c.undoTarget(nc, src); p != nil {
+		// The version halted: back to the revision before it, but only
+		// for the nodes not already on it (no trial for those).
+		if c.runsAgain(node.Name, p) {
+			return policy.Desired{Mode: policy.ModeLeave}, nil
+		}
+		src, data = p.Source, p.NodeData
+	}
 	d.Source = src
 	refused, err := c.refusal(ctx, rollout.VersionOf(d.Source, d.Validator), d.Validator, data[src.Key])
 	if refused != "" || err != nil {

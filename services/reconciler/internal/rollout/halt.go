@@ -5,6 +5,7 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/pacing"
 )
 
 // A halt is kept per config version in the NodeConfig's status: the nodes
@@ -42,6 +43,14 @@ func keptRollbacks(kept []v1alpha1.RolledBackVersion, v Version) map[string]bool
 
 // haltCountLocked counts the nodes known to have rolled back from v: those
 // nc's status keeps and those rolled back now.
+// Halted says whether v's rollbacks halted it, by the status kept and the
+// rollbacks seen since (as Admit judges it).
+func (b *Book) Halted(nc *v1alpha1.NodeConfig, v Version) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return pacing.Halted(b.haltCountLocked(nc, v), b.policyLocked(nc).MaxFailures)
+}
+
 func (b *Book) haltCountLocked(nc *v1alpha1.NodeConfig, v Version) int {
 	nodes := keptRollbacks(nc.Status.RolledBackVersions, v)
 	if t := b.trials[nc.Name]; t != nil {

@@ -1,0 +1,112 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"nodeconfig.io/proto/nodeconfig/records"
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/history"
+	"nodeconfig.io/services/reconciler/internal/rollout"
+)
+
+// undoTarget is what nc rolls out while the version src halts and its
+// spec.rollout.onHalt is Undo: the newest revision before the halted one
+// that was promoted everywhere. Nil when nothing is undone: src is not
+// halted, onHalt is Hold, or there is no history or no such revision (a
+// halt then holds). It is read from the halt and the history alone, both
+// durable, so a new leader undoes the same.
+func (c *Controller) undoTarget(nc *v1alpha1.NodeConfig, src *nodeconfigv1.ConfigSource) *history.Pinned {
+	if c.o.History == nil || src == nil || nc.Spec.Rollout.OnHalt == v1alpha1.OnHaltHold {
+		return nil
+	}
+	if !c.book.Halted(nc, rollout.VersionOf(src, validators[nc.Spec.Validator])) {
+		return nil
+	}
+	revs, err := c.o.History.Of(nc)
+	if err != nil {
+		return nil
+	}
+	before := len(revs)
+	if i := slices.IndexFunc(revs, func(cr *appsv1.ControllerRevision) bool { return revisionIs(cr, nc, src) }); i >= 0 {
+		before = i
+	}
+	for _, cr := range slices.Backward(revs[:before]) {
+		if cr.Annotations[v1alpha1.AnnotationRolloutOutcome] != v1alpha1.OutcomePromoted {
+			continue
+		}
+		p, err := c.o.History.Get(nc, cr.Revision)
+		if err != nil {
+			return nil
+		}
+		return p
+	}
+	return nil
+}
+
+// revisionIs says whether cr is the revision of src, the version nc
+// assigns: the revision spec.source.revision pins, or the one read from
+// that ConfigMap version.
+func revisionIs(cr *appsv1.ControllerRevision, nc *v1alpha1.NodeConfig, src *nodeconfigv1.ConfigSource) bool {
+	if n := nc.Spec.Source.Revision; n != nil {
+		return cr.Revision == *n
+	}
+	of := v1alpha1.RevisionSource{UID: src.GetUid(), ResourceVersion: src.GetResourceVersion(), Key: src.GetKey()}
+	return cr.Annotations[v1alpha1.AnnotationRevisionOf] == of.Version()
+}
+
+// runsAgain says whether node runs revision p as its active and
+// last-known-good config, under the revision's own name or the ConfigMap
+// version it was read from: undone, or never moved off it.
+func (c *Controller) runsAgain(node string, p *history.Pinned) bool {
+	c.mu.Lock()
+	n := c.nodes[node]
+	var recs *nodeconfigv1.Records
+	if n != nil {
+		recs = n.Records
+	}
+	c.mu.Unlock()
+	if recs == nil {
+		return false
+	}
+	d := p.Data.Source
+	read := &nodeconfigv1.ConfigSource{Namespace: d.Namespace, Name: d.Name, Uid: d.UID, ResourceVersion: d.ResourceVersion, Key: d.Key}
+	is := func(s *nodeconfigv1.ConfigSource) bool {
+		return records.SameSource(s, p.Source) || records.SameSource(s, read)
+	}
+	return is(recs.GetActive().GetSource()) && is(recs.GetLastKnownGood().GetSource())
+}
+
+// undoProgress says how far the undo of nc's halted version is, for its
+// status: how many of its selected nodes run the revision again.
+func (c *Controller) undoProgress(nc *v1alpha1.NodeConfig, p *history.Pinned, selected []string) (reason, message string, done bool) {
+	back := 0
+	for _, name := range selected {
+		if c.runsAgain(name, p) {
+			back++
+		}
+	}
+	done = back == len(selected)
+	reason = v1alpha1.ReasonUndoingHaltedVersion
+	if done {
+		reason = v1alpha1.ReasonHaltedVersionUndone
+	}
+	return reason, fmt.Sprintf("spec.rollout.onHalt Undo: %d of %d selected node(s) run revision %d again (%s, the last promoted everywhere before the halted version), paced by maxInTrial",
+		back, len(selected), p.Revision.Revision, p.Data.Source), done
+}
+
+// currentSource is the version nc assigns now (before any undo), nil
+// where it cannot be read.
+func (c *Controller) currentSource(nc *v1alpha1.NodeConfig) *nodeconfigv1.ConfigSource {
+	if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil {
+		return nil
+	}
+	src, _, err := c.resolve(nc)
+	if err != nil {
+		return nil
+	}
+	return src
+}
