@@ -25,7 +25,41 @@ func (c *Controller) resolve(nc *v1alpha1.NodeConfig) (*nodeconfigv1.ConfigSourc
 	if n := nc.Spec.Source.Revision; n != nil {
 		return c.revision(nc, *n)
 	}
-	return c.pinned(nc.Spec.Source.ConfigMap)
+	src, data, err := c.pinned(nc.Spec.Source.ConfigMap)
+	if err != nil {
+		return nil, nil, err
+	}
+	if same := c.sameBytes(nc, src, data[src.Key]); same != nil {
+		return same, map[string]string{src.Key: data[src.Key]}, nil
+	}
+	return src, data, nil
+}
+
+// sameBytes is the ConfigMap version the newest revision of nc was read
+// from, when the key's bytes at src are that revision's to the byte: an
+// edit of another key, of a label, or of nothing the nodes read is no new
+// version, so it starts no trial and restarts no kubelet. Nil otherwise,
+// or without a history to tell.
+func (c *Controller) sameBytes(nc *v1alpha1.NodeConfig, src *nodeconfigv1.ConfigSource, payload string) *nodeconfigv1.ConfigSource {
+	if c.o.History == nil {
+		return nil
+	}
+	revs, err := c.o.History.Of(nc)
+	if err != nil || len(revs) == 0 {
+		return nil
+	}
+	p, err := c.o.History.Get(nc, revs[len(revs)-1].Revision)
+	if err != nil {
+		return nil
+	}
+	d := p.Data.Source
+	if d.UID != src.GetUid() || d.Key != src.GetKey() || d.Namespace != src.GetNamespace() || d.Name != src.GetName() || d.ResourceVersion == src.GetResourceVersion() {
+		return nil
+	}
+	if p.Data.SHA256 != v1alpha1.NewRevisionData([]byte(payload), d).SHA256 {
+		return nil
+	}
+	return &nodeconfigv1.ConfigSource{Namespace: d.Namespace, Name: d.Name, Uid: d.UID, ResourceVersion: d.ResourceVersion, Key: d.Key}
 }
 
 // revision resolves revision n of nc's history; a revision that is not

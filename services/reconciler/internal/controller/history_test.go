@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -93,5 +94,48 @@ func TestPinnedRevisionReachesTheNodeAfterItsConfigMapIsGone(t *testing.T) {
 	}
 	if got := a.records().GetAssigned().GetSource().GetResourceVersion(); got != "revision-1" {
 		t.Fatalf("an unknown revision changed the node's assignment to %q", got)
+	}
+}
+
+// A version is its bytes: an edit of another key of the ConfigMap (a new
+// resourceVersion, the same bytes under the NodeConfig's key) starts no
+// trial and gives the node nothing; a change of those bytes does.
+func TestAConfigMapEditElsewhereIsNoNewVersion(t *testing.T) {
+	f := newFixture(t)
+	refresh := f.withHistory()
+	a := f.addNode("n1", map[string]string{"pool": "a"})
+	f.addConfigMap("ns", "cfg", "10", map[string]string{"config.yaml": "a: 1\n", "other": "x"})
+	nc := &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "pool-a", Finalizers: []string{v1alpha1.Finalizer}}, Spec: v1alpha1.NodeConfigSpec{
+		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
+		Source:       &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: "ns", Name: "cfg", Key: "config.yaml"}},
+		SoakSeconds:  60,
+	}}
+	f.setNodeConfig(nc)
+	if err := f.syncNode("n1"); err != nil {
+		t.Fatal(err)
+	}
+	f.syncNodeConfig(nc.Name)
+	refresh()
+	puts := len(a.puts)
+
+	f.addConfigMap("ns", "cfg", "11", map[string]string{"config.yaml": "a: 1\n", "other": "y"})
+	if err := f.syncNode("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.records().GetAssigned().GetSource().GetResourceVersion(); got != "10" || len(a.puts) != puts {
+		t.Fatalf("after an edit of another key: assigned %q, %d checkpoints sent (was %d); want 10 kept and nothing sent", got, len(a.puts), puts)
+	}
+	f.syncNodeConfig(nc.Name)
+	if p := meta.FindStatusCondition(f.storedNodeConfig(nc.Name).Status.Conditions, v1alpha1.ConditionProgressing); p == nil ||
+		!strings.Contains(p.Message, "changed (resourceVersion 11) but not key config.yaml: still resourceVersion 10's bytes") {
+		t.Fatalf("Progressing %+v; want the status to say the edit changed nothing the nodes read", p)
+	}
+
+	f.addConfigMap("ns", "cfg", "12", map[string]string{"config.yaml": "a: 2\n", "other": "y"})
+	if err := f.syncNode("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.records().GetAssigned().GetSource().GetResourceVersion(); got != "12" {
+		t.Fatalf("after the key's bytes changed: assigned %q; want 12", got)
 	}
 }

@@ -256,7 +256,29 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 		set(v1alpha1.ConditionProgressing, progressing, reason, msg)
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	}
+	if note := c.sameBytesNote(nc); note != "" {
+		p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing)
+		set(v1alpha1.ConditionProgressing, p.Status, p.Reason, p.Message+"; "+note)
+	}
 	return st, unknown
+}
+
+// sameBytesNote is the status's line for a ConfigMap edit that changed
+// nothing the nodes read (sameBytes): "" when there is none.
+func (c *Controller) sameBytesNote(nc *v1alpha1.NodeConfig) string {
+	if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil || nc.Spec.Source.Revision != nil {
+		return ""
+	}
+	now, _, err := c.pinned(nc.Spec.Source.ConfigMap)
+	if err != nil {
+		return ""
+	}
+	used := c.currentSource(nc)
+	if used == nil || used.GetResourceVersion() == now.GetResourceVersion() {
+		return ""
+	}
+	return fmt.Sprintf("ConfigMap %s/%s changed (resourceVersion %s) but not key %s: still resourceVersion %s's bytes, so no new version and no trial",
+		now.GetNamespace(), now.GetName(), now.GetResourceVersion(), now.GetKey(), used.GetResourceVersion())
 }
 
 // finalize resets (or abandons) the selected nodes, then lets the
