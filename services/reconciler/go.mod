@@ -24,6 +24,7 @@ require (
 	nodeconfig.io/services/api v0.0.0
 	nodeconfig.io/services/configcheck v0.0.0
 	nodeconfig.io/services/servekit v0.0.0
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require github.com/kylelemons/godebug v1.1.0 // indirect
@@ -76,7 +77,6 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.3 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace k8s.io/api => k8s.io/api v0.36.3

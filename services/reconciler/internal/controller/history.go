@@ -7,7 +7,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/yaml"
 
 	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -36,10 +38,12 @@ func (c *Controller) resolve(nc *v1alpha1.NodeConfig) (*nodeconfigv1.ConfigSourc
 }
 
 // sameBytes is the ConfigMap version the newest revision of nc was read
-// from, when the key's bytes at src are that revision's to the byte: an
-// edit of another key, of a label, or of nothing the nodes read is no new
-// version, so it starts no trial and restarts no kubelet. Nil otherwise,
-// or without a history to tell.
+// from, when the key's bytes at src are that revision's, to the byte or as
+// the same YAML document (keys reordered, comments, quoting; not with
+// validator none, whose consumer may read the bytes as they are): an edit of
+// another key, of a label, or of nothing the nodes read is no new version,
+// so it starts no trial and restarts no kubelet. Nil otherwise, or without
+// a history to tell.
 func (c *Controller) sameBytes(nc *v1alpha1.NodeConfig, src *nodeconfigv1.ConfigSource, payload string) *nodeconfigv1.ConfigSource {
 	if c.o.History == nil {
 		return nil
@@ -56,7 +60,7 @@ func (c *Controller) sameBytes(nc *v1alpha1.NodeConfig, src *nodeconfigv1.Config
 	if d.UID != src.GetUid() || d.Key != src.GetKey() || d.Namespace != src.GetNamespace() || d.Name != src.GetName() || d.ResourceVersion == src.GetResourceVersion() {
 		return nil
 	}
-	if p.Data.SHA256 != v1alpha1.NewRevisionData([]byte(payload), d).SHA256 {
+	if p.Data.SHA256 != v1alpha1.NewRevisionData([]byte(payload), d).SHA256 && (nc.Spec.Validator == "none" || !sameDocument(p.Data.Payload, []byte(payload))) {
 		return nil
 	}
 	return &nodeconfigv1.ConfigSource{Namespace: d.Namespace, Name: d.Name, Uid: d.UID, ResourceVersion: d.ResourceVersion, Key: d.Key}
@@ -185,4 +189,15 @@ func (c *Controller) historyErr(nc *v1alpha1.NodeConfig, err error) {
 	if !errors.Is(err, history.ErrCacheBehind) {
 		c.o.Log.Info("NodeConfig history not written; retrying", "nodeconfig", nc.Name, "err", err)
 	}
+}
+
+// sameDocument says whether a and b are one YAML (or JSON) document
+// written two ways: equal once decoded. Either that does not decode is
+// not.
+func sameDocument(a, b []byte) bool {
+	var x, y any
+	if yaml.Unmarshal(a, &x) != nil || yaml.Unmarshal(b, &y) != nil || x == nil {
+		return false
+	}
+	return equality.Semantic.DeepEqual(x, y)
 }

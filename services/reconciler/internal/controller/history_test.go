@@ -131,11 +131,19 @@ func TestAConfigMapEditElsewhereIsNoNewVersion(t *testing.T) {
 		t.Fatalf("Progressing %+v; want the status to say the edit changed nothing the nodes read", p)
 	}
 
-	f.addConfigMap("ns", "cfg", "12", map[string]string{"config.yaml": "a: 2\n", "other": "y"})
+	f.addConfigMap("ns", "cfg", "12", map[string]string{"config.yaml": "# the same, reformatted\n{\"a\": 1}\n", "other": "y"})
 	if err := f.syncNode("n1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.records().GetAssigned().GetSource().GetResourceVersion(); got != "12" {
-		t.Fatalf("after the key's bytes changed: assigned %q; want 12", got)
+	if got := a.records().GetAssigned().GetSource().GetResourceVersion(); got != "10" || len(a.puts) != puts {
+		t.Fatalf("after the key was reformatted: assigned %q; want 10 kept", got)
+	}
+
+	f.addConfigMap("ns", "cfg", "13", map[string]string{"config.yaml": "a: 2\n", "other": "y"})
+	if err := f.syncNode("n1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.records().GetAssigned().GetSource().GetResourceVersion(); got != "13" {
+		t.Fatalf("after the key's bytes changed: assigned %q; want 13", got)
 	}
 }
