@@ -161,6 +161,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	startGuardWithoutAgent(ctx, t, work)
 	healthGatesRollBack(ctx, t, work)
 	prometheusGate(ctx, t, work)
+	restartOnlyWhenNeeded(ctx, t, work)
 	// The power cut restarted every container once: counted from here.
 	restartsAfterBoot := containerRestarts(ctx, t)
 

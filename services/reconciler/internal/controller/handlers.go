@@ -86,6 +86,9 @@ func (c *Controller) enqueueForConfigMap(obj any) {
 	for _, nc := range ncs {
 		if s := nc.Spec.Source; s != nil && s.ConfigMap != nil && s.ConfigMap.Namespace == cm.Namespace && s.ConfigMap.Name == cm.Name {
 			c.enqueueSelected(nc)
+			// Its status says so even when no node changes (an edit that
+			// keeps the key's bytes).
+			c.queueStatus(nc.Name)
 		}
 	}
 }
