@@ -29,7 +29,9 @@ func TestAHaltedVersionIsUndoneThroughAFailover(t *testing.T) {
 	})
 	t.Cleanup(e.deleteHistory)
 	e.startReconciler("r0")
-	v1YAML, v2YAML := kubeletHeader+"maxPods: 57\n", kubeletHeader+"imageGCHighThresholdPercent: 90\n"
+	// v2 lowers the image GC high threshold below what the refusing nodes'
+	// base config will put the low one at; v1 stays above it.
+	v1YAML, v2YAML := kubeletHeader+"maxPods: 57\nimageGCHighThresholdPercent: 95\n", kubeletHeader+"imageGCHighThresholdPercent: 90\n"
 	v1 := e.configMap("cfg", map[string]string{"config.yaml": v1YAML})
 	spec := map[string]any{"soakSeconds": int64(2), "validator": "kubelet", "rollout": map[string]any{"maxInTrial": int64(3), "maxFailures": int64(3)}}
 	e.use(e.label, "cfg", spec)

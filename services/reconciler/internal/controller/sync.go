@@ -273,12 +273,10 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 		return d, nil
 	}
 	if p := c.undoTarget(nc, src); p != nil {
-		// The version halted: back to the revision before it, but only
-		// for the nodes not already on it (no trial for those).
-		if c.runsAgain(node.Name, p) {
-			return policy.Desired{Mode: policy.ModeLeave}, nil
-		}
+		// The version halted: back to the revision before it; a node
+		// still on the ConfigMap version it was read from needs no trial.
 		src, data = p.Source, p.NodeData
+		d.Runs = []*nodeconfigv1.ConfigSource{readFrom(p)}
 	}
 	d.Source = src
 	refused, err := c.refusal(ctx, rollout.VersionOf(d.Source, d.Validator), d.Validator, data[src.Key])

@@ -72,12 +72,18 @@ func (c *Controller) runsAgain(node string, p *history.Pinned) bool {
 	if recs == nil {
 		return false
 	}
-	d := p.Data.Source
-	read := &nodeconfigv1.ConfigSource{Namespace: d.Namespace, Name: d.Name, Uid: d.UID, ResourceVersion: d.ResourceVersion, Key: d.Key}
+	read := readFrom(p)
 	is := func(s *nodeconfigv1.ConfigSource) bool {
 		return records.SameSource(s, p.Source) || records.SameSource(s, read)
 	}
 	return is(recs.GetActive().GetSource()) && is(recs.GetLastKnownGood().GetSource())
+}
+
+// readFrom is the ConfigMap version revision p was read from, as the
+// nodes that ran it then name it.
+func readFrom(p *history.Pinned) *nodeconfigv1.ConfigSource {
+	d := p.Data.Source
+	return &nodeconfigv1.ConfigSource{Namespace: d.Namespace, Name: d.Name, Uid: d.UID, ResourceVersion: d.ResourceVersion, Key: d.Key}
 }
 
 // undoProgress says how far the undo of nc's halted version is, for its

@@ -46,6 +46,10 @@ type Desired struct {
 	// Health names the NodeConfig's own health gates, which the node
 	// judges the trial by beyond its default (nil: none).
 	Health *nodeconfigv1.HealthGates
+	// Runs are versions with Source's bytes under another name (the
+	// ConfigMap version a revision was read from): a node that runs one
+	// as its active and last-known-good config needs nothing, no trial.
+	Runs []*nodeconfigv1.ConfigSource
 	// ResolveErr is an early error met while resolving Source (ConfigMap or
 	// key missing); Source is then nil.
 	ResolveErr *nodeconfigv1.ConfigError
@@ -168,6 +172,9 @@ func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, re
 	}
 	if d.ResolveErr != nil {
 		return earlyError(ctx, agent, recs, d.ResolveErr)
+	}
+	if runsAlready(recs, d.Runs) {
+		return Result{State: stateOf(recs), Records: recs}
 	}
 	a := recs.GetAssigned()
 	if records.FailedLate(recs, d.Source, d.Validator) != nil {
@@ -422,4 +429,16 @@ func stateOf(recs *nodeconfigv1.Records) nodeconfigv1.LifecycleState {
 	default:
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_UNSPECIFIED
 	}
+}
+
+// runsAlready says whether the node runs one of same as its active and
+// last-known-good config.
+func runsAlready(recs *nodeconfigv1.Records, same []*nodeconfigv1.ConfigSource) bool {
+	active, lkg := recs.GetActive().GetSource(), recs.GetLastKnownGood().GetSource()
+	for _, s := range same {
+		if records.SameSource(active, s) && records.SameSource(lkg, s) {
+			return true
+		}
+	}
+	return false
 }
