@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"slices"
 	"os"
 	"path/filepath"
 	"testing"
@@ -60,98 +61,120 @@ func TestAHaltedVersionIsUndoneThroughAFailover(t *testing.T) {
 	paused := map[string]any{"maxInTrial": int64(3), "maxFailures": int64(3), "paused": true}
 	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(2), "validator": "kubelet", "rollout": paused})
 	e.waitNodeConfigCondition(e.label, "Progressing", metav1.ConditionFalse, v1alpha1.ReasonPaused, 30*time.Second)
-	refusing := 0
+	var refusing []int
 	for i, n := range e.nodes {
-		if refusing < 3 && e.records(i).GetAssigned().GetSource().GetResourceVersion() != v2.ResourceVersion {
+		if len(refusing) < 3 && e.records(i).GetAssigned().GetSource().GetResourceVersion() != v2.ResourceVersion {
 			if err := os.WriteFile(filepath.Join(n.Dir, "kubelet-config.yaml"), []byte(base+"imageGCLowThresholdPercent: 92\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			refusing++
+			refusing = append(refusing, i)
 		}
 	}
-	if refusing < 3 {
-		t.Fatalf("only %d nodes were not admitted to v2 when the rollout paused; want three to refuse it", refusing)
+	if len(refusing) < 3 {
+		t.Fatalf("only %d nodes were not admitted to v2 when the rollout paused; want three to refuse it", len(refusing))
 	}
 	e.use(e.label, "cfg", spec)
-	e.waitNodeConfigCondition(e.label, "Degraded", metav1.ConditionTrue, "RolloutHalted", 60*time.Second)
-	nc, err := e.nodeConfigNow(e.label)
-	if err != nil {
-		t.Fatal(err)
-	}
-	halted := meta.FindStatusCondition(nc.Status.Conditions, "Degraded")
 
-	// The nodes that took v2 (last-known-good), read from their records at
-	// the halt.
-	var took []int
+	// promotedAt is when each node made v2 its last-known-good, sampled
+	// from the nodes' records until the undo ends (it overwrites it).
 	promotedAt := map[int]time.Time{}
-	for i := range e.nodes {
-		if lkg := e.records(i).GetLastKnownGood(); lkg.GetSource().GetResourceVersion() == v2.ResourceVersion {
-			took = append(took, i)
-			promotedAt[i] = lkg.GetWrittenAt().AsTime()
+	sample := func() {
+		for i := range e.nodes {
+			if lkg := e.records(i).GetLastKnownGood(); lkg.GetSource().GetResourceVersion() == v2.ResourceVersion {
+				promotedAt[i] = lkg.GetWrittenAt().AsTime()
+			}
 		}
 	}
-	if len(took) < 4 {
-		t.Fatalf("%d nodes had v2 as last-known-good at the halt; want at least the four that promoted it", len(took))
+	if err := proc.WaitFor(60*time.Second, func() (bool, error) {
+		sample()
+		nc, err := e.nodeConfigNow(e.label)
+		if err != nil {
+			return false, err
+		}
+		d := meta.FindStatusCondition(nc.Status.Conditions, "Degraded")
+		return d != nil && d.Reason == "RolloutHalted", fmt.Errorf("Degraded %+v", d)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	haltSeen := time.Now()
+	if len(promotedAt) < 3 {
+		t.Fatalf("%d nodes promoted v2 before the halt; want at least the three before the pause", len(promotedAt))
 	}
 
 	// Mid-undo, the leader goes; a new one finishes from what the API and
 	// the nodes say.
-	undone := func() int {
-		back := 0
-		for _, i := range took {
-			if r := e.records(i); r.GetLastKnownGood().GetSource().GetResourceVersion() == "revision-1" && r.GetActive().GetSource().GetResourceVersion() == "revision-1" {
-				back++
-			}
-		}
-		return back
+	onRevision1 := func(i int) bool {
+		r := e.records(i)
+		return r.GetLastKnownGood().GetSource().GetResourceVersion() == "revision-1" && r.GetActive().GetSource().GetResourceVersion() == "revision-1"
 	}
 	if err := proc.WaitFor(60*time.Second, func() (bool, error) {
-		return undone() >= 1, fmt.Errorf("%d of %d nodes back on revision 1", undone(), len(took))
+		sample()
+		for i := range e.nodes {
+			if onRevision1(i) {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("no node back on revision 1")
 	}); err != nil {
 		t.Fatal(err)
-	}
-	if undone() == len(took) {
-		t.Logf("the undo finished before the fail-over")
 	}
 	e.reconciler.Close()
 	e.reconciler = nil
 	e.startReconciler("r1")
-
-	var recs []*nodeconfigv1.Records
-	err = proc.WaitFor(90*time.Second, func() (bool, error) {
-		recs = recs[:0]
-		done := 0
-		for _, i := range took {
-			r := e.records(i)
-			recs = append(recs, r)
-			file, _ := e.nodes[i].Target()
-			if r.GetLastKnownGood().GetSource().GetResourceVersion() == "revision-1" && r.GetActive().GetSource().GetResourceVersion() == "revision-1" && file == v1YAML {
-				done++
-			}
+	if err := proc.WaitFor(90*time.Second, func() (bool, error) {
+		sample()
+		nc, err := e.nodeConfigNow(e.label)
+		if err != nil {
+			return false, err
 		}
-		return done == len(took), fmt.Errorf("%d of %d nodes that took v2 run revision 1 (v1's bytes) again", done, len(took))
-	})
-	if err != nil {
+		p := meta.FindStatusCondition(nc.Status.Conditions, "Progressing")
+		return p != nil && p.Reason == v1alpha1.ReasonHaltedVersionUndone, fmt.Errorf("Progressing %+v", p)
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if most := mostTrialsAtOnce(recs); most > 3 {
+
+	// Each node's own store and records say what it went through: a
+	// checkpoint of v2 means it was admitted to v2; the refusing nodes
+	// rolled it back; every other admitted node ran it, and runs revision
+	// 1 (v1's bytes, in its file) again; the rest never moved off v1.
+	var undone []*nodeconfigv1.Records
+	for i, n := range e.nodes {
+		list, err := n.Checkpoint().ListCheckpoints(e.ctx, &nodeconfigv1.ListCheckpointsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admitted := slices.ContainsFunc(list.GetCheckpoints(), func(cp *nodeconfigv1.CheckpointInfo) bool {
+			return cp.GetSource().GetResourceVersion() == v2.ResourceVersion
+		})
+		r := e.records(i)
+		file, _ := n.Target()
+		switch {
+		case slices.Contains(refusing, i):
+			if r.GetActive().GetSource().GetResourceVersion() != v1.ResourceVersion || r.GetError().GetError().GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE {
+				t.Errorf("refusing node %s: active %v, error %v; want v1 kept after rolling v2 back", n.Name, r.GetActive().GetSource(), r.GetError())
+			}
+		case admitted:
+			undone = append(undone, r)
+			if !onRevision1(i) || file != v1YAML {
+				t.Errorf("node %s took v2: active %v, last-known-good %v, file %q; want revision 1 and v1's bytes", n.Name, r.GetActive().GetSource(), r.GetLastKnownGood().GetSource(), file)
+			}
+		default:
+			if r.GetAssigned().GetSource().GetResourceVersion() != v1.ResourceVersion || r.GetLastKnownGood().GetSource().GetResourceVersion() != v1.ResourceVersion {
+				t.Errorf("node %s never took v2: assigned %v, last-known-good %v; want v1 untouched", n.Name, r.GetAssigned().GetSource(), r.GetLastKnownGood().GetSource())
+			}
+		}
+	}
+	if len(undone) < 3 {
+		t.Fatalf("%d nodes took v2 and were undone; want at least the three promoted before the pause", len(undone))
+	}
+	if most := mostTrialsAtOnce(undone); most > 3 {
 		t.Fatalf("%d undo trials overlapped (assigned to last-known-good, from the nodes' records); maxInTrial is 3", most)
 	}
-	for _, i := range took {
-		if at := promotedAt[i]; at.After(halted.LastTransitionTime.Time) {
-			t.Fatalf("node %s promoted v2 at %s, after the halt at %s", e.nodes[i].Name, at, halted.LastTransitionTime)
+	for i, at := range promotedAt {
+		if at.After(haltSeen) {
+			t.Fatalf("node %s promoted v2 at %s, after the NodeConfig said it halted (%s)", e.nodes[i].Name, at, haltSeen)
 		}
 	}
-	// The nodes that never took v2 kept v1 as it was: no trial.
-	for i := range e.nodes {
-		if _, ok := promotedAt[i]; ok {
-			continue
-		}
-		if r := e.records(i); r.GetLastKnownGood().GetSource().GetResourceVersion() != v1.ResourceVersion {
-			t.Fatalf("node %s, which never took v2, has last-known-good %v; want v1 untouched", e.nodes[i].Name, r.GetLastKnownGood().GetSource())
-		}
-	}
-	e.waitNodeConfigCondition(e.label, "Progressing", metav1.ConditionFalse, v1alpha1.ReasonHaltedVersionUndone, 30*time.Second)
 	e.waitHistory("revision 2 halted", func(h pluginHistory) bool {
 		return len(h.Revisions) == 2 && h.Revisions[1].Outcome == v1alpha1.OutcomeHalted
 	})
