@@ -8,11 +8,12 @@ import (
 )
 
 // Metrics are the reconciler's Prometheus series. Create them once per
-// process: a replica may lead, lose the lease and lead again.
+// process: a replica may lead, lose the lease and lead again. Its gauges
+// say what the leader sees; a replica exports them only while it leads.
 type Metrics struct {
 	syncs        *prometheus.CounterVec
 	syncSeconds  *prometheus.HistogramVec
-	queueDepth   prometheus.Gauge
+	queueDepth   *prometheus.GaugeVec // no labels: a vector so that a replica not leading exports none
 	nodesByState *prometheus.GaugeVec
 	rollbacks    prometheus.Counter
 	promotions   prometheus.Counter
@@ -28,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		syncs:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodeconfig_reconciler_syncs_total", Help: "Syncs by queue and result."}, []string{"queue", "result"}),
 		syncSeconds:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "nodeconfig_reconciler_sync_seconds", Help: "Time of one sync.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"queue"}),
-		queueDepth:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeconfig_reconciler_queue_depth", Help: "Nodes waiting in the work queue."}),
+		queueDepth:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nodeconfig_reconciler_queue_depth", Help: "Nodes waiting in the work queue."}, nil),
 		nodesByState: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nodeconfig_reconciler_nodes", Help: "Nodes by lifecycle state."}, []string{"state"}),
 		rollbacks:    prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeconfig_reconciler_rollbacks_total", Help: "Rollbacks seen after an activation."}),
 		promotions:   prometheus.NewCounter(prometheus.CounterOpts{Name: "nodeconfig_reconciler_promotions_total", Help: "Configs promoted to last-known-good."}),
@@ -72,3 +73,20 @@ func (m *Metrics) forgetNodeConfig(name string) {
 		v.DeletePartialMatch(prometheus.Labels{"nodeconfig": name})
 	}
 }
+
+// forgetLeadership drops every gauge of the leadership that ended: the
+// replica no longer knows, and alerts that take the maximum across
+// replicas see the new leader's values alone. Counters stay: they count
+// what this process did.
+func (m *Metrics) forgetLeadership() {
+	for _, v := range []*prometheus.GaugeVec{m.queueDepth, m.nodesByState, m.rolloutNodes, m.rolloutHalted, m.rolloutHeld} {
+		v.Reset()
+	}
+}
+
+// The names of the controller's work queues, which client-go's work queue
+// metrics are labelled with.
+const (
+	NodeQueue       = "nodes"
+	NodeConfigQueue = "nodeconfigs"
+)
