@@ -19,9 +19,10 @@ type Metrics struct {
 	promotions   prometheus.Counter
 	// Per NodeConfig, what its status says, for alerts: nodes by state, a
 	// halted rollout, a rollout held (paused, outside its windows).
-	rolloutNodes  *prometheus.GaugeVec
-	rolloutHalted *prometheus.GaugeVec
-	rolloutHeld   *prometheus.GaugeVec
+	rolloutNodes   *prometheus.GaugeVec
+	rolloutHalted  *prometheus.GaugeVec
+	rolloutRefused *prometheus.GaugeVec
+	rolloutHeld    *prometheus.GaugeVec
 }
 
 // NewMetrics registers the series on reg (nil: not registered).
@@ -37,11 +38,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Nodes a NodeConfig selects, by state (selected, waiting, soaking, active, rolled_back, failing), as its status says."}, []string{"nodeconfig", "state"}),
 		rolloutHalted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nodeconfig_rollout_halted",
 			Help: "1 while a NodeConfig's current version is halted by maxFailures rollbacks."}, []string{"nodeconfig"}),
+		rolloutRefused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nodeconfig_rollout_refused",
+			Help: "1 while a NodeConfig's current payload fails its validator in the reconciler and is assigned to no node."}, []string{"nodeconfig"}),
 		rolloutHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "nodeconfig_rollout_held",
 			Help: "1 while nodes of a NodeConfig wait because it is paused, outside its maintenance windows, or its windows do not parse (reason)."}, []string{"nodeconfig", "reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.syncs, m.syncSeconds, m.queueDepth, m.nodesByState, m.rollbacks, m.promotions, m.rolloutNodes, m.rolloutHalted, m.rolloutHeld)
+		reg.MustRegister(m.syncs, m.syncSeconds, m.queueDepth, m.nodesByState, m.rollbacks, m.promotions, m.rolloutNodes, m.rolloutHalted, m.rolloutRefused, m.rolloutHeld)
 	}
 	return m
 }
@@ -53,11 +56,17 @@ func (m *Metrics) observeNodeConfig(name string, st v1alpha1.NodeConfigStatus) {
 		"active": st.Active, "rolled_back": st.RolledBack, "failing": st.Failing} {
 		m.rolloutNodes.WithLabelValues(name, state).Set(float64(n))
 	}
-	halted := 0.0
-	if d := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded); d != nil && d.Reason == v1alpha1.ReasonRolloutHalted {
-		halted = 1
+	halted, refused := 0.0, 0.0
+	if d := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionDegraded); d != nil {
+		switch d.Reason {
+		case v1alpha1.ReasonRolloutHalted:
+			halted = 1
+		case v1alpha1.ReasonConfigRefused:
+			refused = 1
+		}
 	}
 	m.rolloutHalted.WithLabelValues(name).Set(halted)
+	m.rolloutRefused.WithLabelValues(name).Set(refused)
 	m.rolloutHeld.DeletePartialMatch(prometheus.Labels{"nodeconfig": name})
 	if p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing); p != nil {
 		switch p.Reason {
@@ -69,7 +78,7 @@ func (m *Metrics) observeNodeConfig(name string, st v1alpha1.NodeConfigStatus) {
 
 // forgetNodeConfig drops the series of a NodeConfig that is gone.
 func (m *Metrics) forgetNodeConfig(name string) {
-	for _, v := range []*prometheus.GaugeVec{m.rolloutNodes, m.rolloutHalted, m.rolloutHeld} {
+	for _, v := range []*prometheus.GaugeVec{m.rolloutNodes, m.rolloutHalted, m.rolloutRefused, m.rolloutHeld} {
 		v.DeletePartialMatch(prometheus.Labels{"nodeconfig": name})
 	}
 }
@@ -79,7 +88,7 @@ func (m *Metrics) forgetNodeConfig(name string) {
 // replicas see the new leader's values alone. Counters stay: they count
 // what this process did.
 func (m *Metrics) forgetLeadership() {
-	for _, v := range []*prometheus.GaugeVec{m.queueDepth, m.nodesByState, m.rolloutNodes, m.rolloutHalted, m.rolloutHeld} {
+	for _, v := range []*prometheus.GaugeVec{m.queueDepth, m.nodesByState, m.rolloutNodes, m.rolloutHalted, m.rolloutRefused, m.rolloutHeld} {
 		v.Reset()
 	}
 }
