@@ -132,7 +132,7 @@ build-race: testbin ## the three services (and the reconciler's kubelet validato
 
 # The e2e tests of the race pass, listed in RACE_LIST: the reconciler's
 # workers racing over one NodeConfig (pacing, halts, departures, pause),
-# fail-over, TLS with tokens, and central validation (the nodes of a version
+# fail-over (and a lost Lease clearing the gauges its workers set), TLS with tokens, and central validation (the nodes of a version
 # sharing one run of the kubelet validator's child process), and the checks of
 # the pass itself (its binaries built with -race, its canary caught by the log
 # scan). TestRacePassListsOnlyTestsOfThisPackage fails on a name of the list
