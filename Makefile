@@ -45,10 +45,13 @@ FLEET_SELECT ?= 0
 
 IMAGE_REPO ?= ghcr.io/nodeconfig
 IMAGE_TAG  ?= v0.1.0
+# What each service's nodeconfig_build_info says it is.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION)
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
-.PHONY: help tools testbin nodebin node-packages generate build lint test bench fleet-bench store-bench bench-table fleet run cluster clean fuzz images build-race
+.PHONY: help tools testbin nodebin node-packages promtool generate build lint test bench fleet-bench store-bench bench-table fleet run cluster clean fuzz images build-race
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -83,6 +86,9 @@ $(NODEBIN) &: hack/testbin/go.mod hack/testbin/go.sum
 node-packages: ## containerd, runc, the CNI plugins and iptables from Debian, when missing (needs root)
 	@hack/node-packages.sh
 
+promtool: ## promtool into ./bin from Debian's prometheus package, when missing (the alert rules' unit tests, test/rules)
+	@hack/promtool.sh $(BIN) $(CACHE)
+
 generate: $(TOOLS) ## regenerate the Go code of proto/, and from the types of services/api/v1alpha1 the CRD in deploy/crd, their deep copies and the typed client in services/api/client
 	buf generate
 	hack/gen-crd.sh deploy/crd
@@ -90,14 +96,14 @@ generate: $(TOOLS) ## regenerate the Go code of proto/, and from the types of se
 	hack/gen-client.sh services/api/client
 
 build: ## build the three services, the reconciler's kubelet validator and the kubectl plugin (kubectl-nodeconfig) into ./bin
-	go build -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES) kubectl-nodeconfig) $(KUBELET_CHECK) $(GUARD)
+	go build -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/ $(addprefix nodeconfig.io/services/,$(SERVICES) kubectl-nodeconfig) $(KUBELET_CHECK) $(GUARD)
 
 $(BIN)/ocibuild: tools/go.mod tools/go.sum tools/cmd/ocibuild/main.go
 	GOWORK=off go -C tools build -o $(BIN)/ocibuild ./cmd/ocibuild
 
 images: $(BIN)/ocibuild ## OCI image tarballs of the services in ./bin/images (docker load -i ...)
 	@mkdir -p $(BIN)/linux-amd64 $(BIN)/images
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/ $(addprefix nodeconfig.io/services/,$(SERVICES)) $(KUBELET_CHECK) $(GUARD)
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $(BIN)/linux-amd64/ $(addprefix nodeconfig.io/services/,$(SERVICES)) $(KUBELET_CHECK) $(GUARD)
 	@# The reconciler finds its kubelet validator next to itself (/nodeconfig-kubelet-check),
 	@# checkpointd the start guard it installs on the host (/nodeconfig-guard).
 	@for s in $(SERVICES); do \
@@ -126,7 +132,7 @@ build-race: testbin ## the three services (and the reconciler's kubelet validato
 
 # The e2e tests of the race pass, listed in RACE_LIST: the reconciler's
 # workers racing over one NodeConfig (pacing, halts, departures, pause),
-# fail-over, TLS with tokens, and central validation (the nodes of a version
+# fail-over (and a lost Lease clearing the gauges its workers set), TLS with tokens, and central validation (the nodes of a version
 # sharing one run of the kubelet validator's child process), and the checks of
 # the pass itself (its binaries built with -race, its canary caught by the log
 # scan). TestRacePassListsOnlyTestsOfThisPackage fails on a name of the list
@@ -135,7 +141,7 @@ build-race: testbin ## the three services (and the reconciler's kubelet validato
 RACE_LIST := test/e2e/testdata/race-pass.txt
 RACE_E2E  := ^($(shell paste -sd'|' $(RACE_LIST)))$$
 
-test: lint build build-race testbin nodebin node-packages images ## lint, then every unit and integration test, the race pass, the real node, and one pass of each benchmark
+test: lint build build-race testbin nodebin node-packages promtool images ## lint, then every unit and integration test (the alert rules' with promtool), the race pass, the real node, and one pass of each benchmark
 	go test -run '^$$' -bench . -benchtime 1x nodeconfig.io/services/... nodeconfig.io/test/e2e
 	go run nodeconfig.io/test/bench/fleet -nodes 20 -cold-reviews=false
 	go test $(TEST_FLAGS) $$(go list $(PACKAGES) | grep -v /test/realnode)

@@ -235,10 +235,12 @@ func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) 
 				}
 			})
 	}
+	grpcMetrics := newGRPCMetrics()
 	opts := append([]grpc.ServerOption{
 		grpc.InTapHandle(guard.Tap()),
-		grpc.ChainUnaryInterceptor(guard.Unary()),
-		grpc.ChainStreamInterceptor(guard.Stream()),
+		// The metrics first: a call the guard refuses is counted with its code.
+		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), guard.Unary()),
+		grpc.ChainStreamInterceptor(grpcMetrics.StreamServerInterceptor(), guard.Stream()),
 		// Headers are decoded before any check of the caller: a few KiB
 		// hold a bearer token and gRPC's own, where grpc-go's default
 		// lets a caller make the server decode 16 MiB.
@@ -268,7 +270,9 @@ func newServer(flags commonFlags, log *slog.Logger, extra ...grpc.ServerOption) 
 	}
 	healthpb.RegisterHealthServer(s.GRPC, s.Health)
 	reflection.Register(s.GRPC)
-	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newBuildInfo(), grpcMetrics)
+	s.Registry.MustRegister(kubeCollectors()...)
 	return s, nil
 }
 

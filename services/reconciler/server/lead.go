@@ -29,6 +29,7 @@ import (
 	"nodeconfig.io/services/reconciler/internal/controller"
 	"nodeconfig.io/services/reconciler/internal/history"
 	"nodeconfig.io/services/reconciler/internal/intern"
+	"nodeconfig.io/services/servekit"
 )
 
 // nodesResource is what the Node informer lists and watches.
@@ -37,6 +38,11 @@ var nodesResource = corev1.SchemeGroupVersion.WithResource("nodes")
 // lead builds the reconciler's whole view (informers, agent pool, event
 // recorder, controller) and runs the controller until ctx ends.
 func (r *Reconciler) lead(ctx context.Context) {
+	r.leader.Set(1)
+	defer r.leader.Set(0)
+	// The leadership's work queues are shut down once the controller
+	// returns; their series go with them, as its gauges do.
+	defer servekit.ForgetWorkQueues(controller.NodeQueue, controller.NodeConfigQueue)
 	// Nodes are watched as metadata only: the API server leaves out their
 	// spec and status (kilobytes each, rewritten by every status patch),
 	// so neither the decoding nor the cache pays for them. No index either:

@@ -118,6 +118,9 @@ type Reconciler struct {
 	pool     agents.Options // without the Pod lister, which each leadership builds
 	election *leaderelection.LeaderElectionConfig
 	metrics  *controller.Metrics
+	// leader is 1 while this replica leads, 0 otherwise: the sum across
+	// replicas is 1, and 0 for long means nobody rolls anything out.
+	leader prometheus.Gauge
 	// current is the controller of the leadership under way, nil between
 	// leaderships: the ReconcilerService answers from it.
 	current atomic.Pointer[controller.Controller]
@@ -146,7 +149,7 @@ func New(o Options) (*Reconciler, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Reconciler{o: o, pool: agents.Options{
+	r := &Reconciler{o: o, leader: newLeaderGauge(), pool: agents.Options{
 		Static: o.Agents.Addresses, SocketTemplate: o.Agents.SocketTemplate, Port: o.Agents.Port,
 		Transport: transport, MaxConnections: o.Agents.MaxConnections, Tokens: tokens,
 	}}
@@ -216,6 +219,9 @@ func (r *Reconciler) Register(g *grpc.Server, reg prometheus.Registerer) {
 	// One set of metrics for every leadership: a registry takes each
 	// collector once.
 	r.metrics = controller.NewMetrics(reg)
+	if reg != nil {
+		reg.MustRegister(r.leader)
+	}
 	if r.pool.Tokens != nil && reg != nil {
 		r.pool.Tokens.Register(reg)
 	}
@@ -223,6 +229,11 @@ func (r *Reconciler) Register(g *grpc.Server, reg prometheus.Registerer) {
 		r.certs.Register(reg)
 	}
 	nodeconfigv1.RegisterReconcilerServiceServer(g, &grpcapi.Service{Nodes: r.nodes})
+}
+
+func newLeaderGauge() prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodeconfig_reconciler_leader",
+		Help: "1 while this replica leads (holds the Lease, or runs without leader election), 0 otherwise."})
 }
 
 // nodes is the controller of the leadership under way, nil while this

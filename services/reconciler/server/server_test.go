@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	metadatafake "k8s.io/client-go/metadata/fake"
 
 	nodeconfigfake "nodeconfig.io/services/api/client/clientset/fake"
+	"nodeconfig.io/services/api/v1alpha1"
 )
 
 // options are a reconciler's over fake clients; nodes are the Nodes the
@@ -142,5 +144,70 @@ func TestRunServesTheControllerUntilTheContextEnds(t *testing.T) {
 	}
 	if r.nodes() != nil {
 		t.Error("nodes still served after Run returned")
+	}
+}
+
+// A replica that stops leading (its Lease lost, here its context ended)
+// says so and exports none of the leadership's gauges: next to the new
+// leader's, its last values would be stale, and alerts that take the
+// maximum across replicas would fire on them.
+func TestLeadershipEndClearsItsGauges(t *testing.T) {
+	o := options(t, kubefake.NewClientset(), "n1")
+	nc := &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "nc", Finalizers: []string{v1alpha1.Finalizer}},
+		Spec: v1alpha1.NodeConfigSpec{NodeSelector: &v1alpha1.LabelSelector{}}}
+	o.NodeConfigClient = nodeconfigfake.NewSimpleClientset(nc)
+	r, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	r.Register(grpc.NewServer(), reg)
+	leading := func() string {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "nodeconfig_reconciler_leader" && len(f.GetMetric()) == 1 {
+				return fmt.Sprint(f.GetMetric()[0].GetGauge().GetValue())
+			}
+		}
+		return "absent"
+	}
+	if v := leading(); v != "0" {
+		t.Errorf("nodeconfig_reconciler_leader = %s before Run, want 0", v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	leaderships := []string{"nodeconfig_rollout_nodes", "nodeconfig_rollout_halted", "nodeconfig_reconciler_nodes", "nodeconfig_reconciler_queue_depth"}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := testutil.GatherAndCount(reg, "nodeconfig_rollout_nodes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatal("no rollout gauges within 10s of leading")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if v := leading(); v != "1" {
+		t.Errorf("nodeconfig_reconciler_leader = %s while leading, want 1", v)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, leaderships...); err != nil || n != 0 {
+		t.Errorf("%d series of %v left after the leadership ended (%v), want none", n, leaderships, err)
+	}
+	if v := leading(); v != "0" {
+		t.Errorf("nodeconfig_reconciler_leader = %s after the leadership ended, want 0", v)
 	}
 }

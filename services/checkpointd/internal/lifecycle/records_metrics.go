@@ -10,8 +10,11 @@ import (
 // The node's config as Dynamic Kubelet Config's kubelet reported it
 // (KEP-281: node_config_assigned, _active, _last_known_good, _error), read
 // from the durable records at each scrape so they never disagree with them.
+// The ConfigMap's labels are configmap_*: Prometheus sets namespace (the
+// agent Pod's) on every series it scrapes, and the node label comes from
+// the scrape too (the PodMonitor's relabeling).
 var (
-	sourceLabels       = []string{"namespace", "name", "uid", "resource_version", "key"}
+	sourceLabels       = []string{"configmap_namespace", "configmap_name", "uid", "resource_version", "key"}
 	configAssignedDesc = prometheus.NewDesc("nodeconfig_node_config_assigned", "1 for the config assigned to this node (labels name its ConfigMap version; all empty: the local default).", sourceLabels, nil)
 	configActiveDesc   = prometheus.NewDesc("nodeconfig_node_config_active", "1 for the config this node uses (labels as for assigned).", sourceLabels, nil)
 	configLKGDesc      = prometheus.NewDesc("nodeconfig_node_config_last_known_good", "1 for the config this node falls back to (labels as for assigned).", sourceLabels, nil)

@@ -176,8 +176,8 @@ func New(o Options) *Controller {
 	return &Controller{
 		o:          o,
 		nodeRetry:  nodeRetry,
-		nodeQ:      workqueue.NewTypedRateLimitingQueueWithConfig(nodeRetry, workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
-		ncQ:        workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeconfigs"}),
+		nodeQ:      workqueue.NewTypedRateLimitingQueueWithConfig(nodeRetry, workqueue.TypedRateLimitingQueueConfig[string]{Name: NodeQueue}),
+		ncQ:        workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: NodeConfigQueue}),
 		metrics:    o.Metrics,
 		book:       rollout.New(o.Now),
 		nodes:      map[string]*NodeInfo{},

@@ -39,8 +39,15 @@ func TestNodeConfigSeriesFollowTheStatus(t *testing.T) {
 	if v := testutil.ToFloat64(m.rolloutHalted.WithLabelValues("pool-a")); v != 0 {
 		t.Errorf("halted = %v after healing", v)
 	}
+	// A payload the reconciler's validator refuses.
+	m.observeNodeConfig("pool-a", v1alpha1.NodeConfigStatus{Selected: 5, Active: 5, Conditions: []metav1.Condition{
+		{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonConfigRefused},
+	}})
+	if v := testutil.ToFloat64(m.rolloutRefused.WithLabelValues("pool-a")); v != 1 {
+		t.Errorf("refused = %v while the reconciler refuses the payload, want 1", v)
+	}
 	m.forgetNodeConfig("pool-a")
-	if n := testutil.CollectAndCount(m.rolloutNodes) + testutil.CollectAndCount(m.rolloutHalted); n != 0 {
+	if n := testutil.CollectAndCount(m.rolloutNodes) + testutil.CollectAndCount(m.rolloutHalted) + testutil.CollectAndCount(m.rolloutRefused); n != 0 {
 		t.Errorf("%d series left after the NodeConfig went", n)
 	}
 }

@@ -15,8 +15,10 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
 
-// Run waits for the caches and runs workers until ctx ends.
+// Run waits for the caches and runs workers until ctx ends; then no
+// gauge of this leadership is left (forgetLeadership).
 func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer c.metrics.forgetLeadership() // last: once every worker has stopped
 	defer c.nodeQ.ShutDown()
 	defer c.ncQ.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), c.o.Synced...) {
@@ -37,7 +39,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		go func() {
 			defer wg.Done()
 			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for c.processNext(ctx, "nodes", c.nodeQ, c.syncNode) {
+				for c.processNext(ctx, NodeQueue, c.nodeQ, c.syncNode) {
 				}
 			}, time.Second)
 		}()
@@ -46,11 +48,11 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	go func() {
 		defer wg.Done()
 		wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for c.processNext(ctx, "nodeconfigs", c.ncQ, c.syncNodeConfig) {
+			for c.processNext(ctx, NodeConfigQueue, c.ncQ, c.syncNodeConfig) {
 			}
 		}, time.Second)
 	}()
-	go c.reportGauges(ctx)
+	wg.Go(func() { c.reportGauges(ctx) })
 	<-ctx.Done()
 	c.nodeQ.ShutDown()
 	c.ncQ.ShutDown()
@@ -102,7 +104,7 @@ func (c *Controller) processNext(ctx context.Context, name string, q workqueue.T
 // few seconds until ctx ends.
 func (c *Controller) reportGauges(ctx context.Context) {
 	wait.UntilWithContext(ctx, func(context.Context) {
-		c.metrics.queueDepth.Set(float64(c.nodeQ.Len()))
+		c.metrics.queueDepth.WithLabelValues().Set(float64(c.nodeQ.Len()))
 		c.mu.Lock()
 		counts := map[nodeconfigv1.LifecycleState]int{}
 		for _, n := range c.nodes {

@@ -77,6 +77,7 @@ func (c *Controller) syncNode(ctx context.Context, name string) (next time.Durat
 		c.warnOnNewError(name, &res)
 	}
 	c.emit(node, nc, res.Events)
+	c.logTransitions(name, nc, res)
 	next = c.record(node, nc, res, m.live)
 	if res.Err != nil {
 		c.o.Log.Info("node sync failed; retrying with backoff", "node", name, "err", res.Err, "retry_in", next)
