@@ -164,6 +164,7 @@ type output struct {
 	runs    []string                        // the runs' own lines (runPrefix), in order
 	benches [][]string                      // each run's benchmarks, as runs
 	runOf   map[string]int                  // the run of each benchmark's last value, an index of runs (-1: before any run line)
+	line    map[string]map[string]float64   // each benchmark's last line: one run's metrics, none of an earlier run's
 }
 
 // lastRun is the run line of bench's last value ("" when none names it).
@@ -187,7 +188,7 @@ func (o output) last(bench string) map[string]float64 {
 // parse collects metric values by benchmark, every run's of a benchmark
 // run more than once.
 func parse(r io.Reader) (output, error) {
-	out := output{series: map[string]map[string][]float64{}, runOf: map[string]int{}}
+	out := output{series: map[string]map[string][]float64{}, runOf: map[string]int{}, line: map[string]map[string]float64{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -208,12 +209,14 @@ func parse(r io.Reader) (output, error) {
 		if i := len(out.runs) - 1; i >= 0 && !slices.Contains(out.benches[i], name) {
 			out.benches[i] = append(out.benches[i], name)
 		}
+		out.line[name] = map[string]float64{}
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
 				break
 			}
 			out.series[name][f[i+1]] = append(out.series[name][f[i+1]], v)
+			out.line[name][f[i+1]] = v
 		}
 	}
 	return out, sc.Err()
@@ -320,7 +323,7 @@ func render(o output, wv waivers, file string, w io.Writer) (missed []string) {
 		verdict := "met"
 		if !met {
 			verdict = "MISSED"
-			waived, note := wv.waiveMiss(r, figures)
+			waived, note := wv.waiveMiss(r, o.line[r.bench])
 			if note != "" {
 				verdict += "; " + note
 			}
@@ -382,7 +385,7 @@ func block(o output, source string, wv waivers) (string, []string) {
 	var used []string
 	for _, r := range rows {
 		if mw, ok := wv.missed[r.figure]; ok {
-			if waived, _ := wv.waiveMiss(r, o.last(r.bench)); waived {
+			if waived, _ := wv.waiveMiss(r, o.line[r.bench]); waived {
 				used = append(used, fmt.Sprintf("- MISSED, waived (%s): %s: %s\n", mw.limit, r.figure, mw.why))
 			}
 		}

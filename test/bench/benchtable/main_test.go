@@ -309,6 +309,10 @@ func TestMissedWaiverHoldsOnlyWhileItsLimitMisses(t *testing.T) {
 			"| MISSED; waiver void: the control plane's CPU floor alone (its share of the CPU floor, the agents elsewhere), 12.0 s, meets the target |"},
 		{"no limit measured", strings.Replace(allMet, "12.00 all-active-s", "25.00 all-active-s", 1), false,
 			"| MISSED; waiver void: the run measured no control-plane-cpu-floor-s |"},
+		// The figure's own run must measure the limit: an earlier run's
+		// floor says nothing of this one.
+		{"limit of an earlier run", fleet5000(t, "25.00", "24.0", "10", "20") + "BenchmarkFleet/nodes=5000 1 1 ns/op 26 all-active-s\n", false,
+			"| MISSED; waiver void: the run measured no control-plane-cpu-floor-s |"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o, err := parse(strings.NewReader(c.out))

@@ -142,3 +142,69 @@ func TestEveryFigureNamesTheCodeItMeasures(t *testing.T) {
 		}
 	}
 }
+
+// staleness against a repository of its own: a clean run at the commit
+// HEAD is is current; a change to the code it measures, a -dirty tree, a
+// commit HEAD does not descend from and an unknown commit are stale; a
+// change elsewhere is not.
+func TestStalenessNamesWhyARunIsStale(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skipf("no git: %v", err)
+	}
+	const bench = "BenchmarkTestOnly"
+	measures[bench] = []string{"measured"}
+	t.Cleanup(func() { delete(measures, bench) })
+	root := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", root, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"}, args...)...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	commit := func(path, content string) string {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, path), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		git("add", path)
+		git("commit", "-q", "-m", path)
+		return git("rev-parse", "--short", "HEAD")
+	}
+	git("init", "-q", "-b", "main")
+	measured := commit("measured/code.go", "package measured\n")
+	check := func(name, run string, wantStale ...string) {
+		t.Helper()
+		got, err := staleness(root, run, []string{bench, "BenchmarkNoFigure"})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(got) != len(wantStale) {
+			t.Errorf("%s: stale %q, want %d reasons %q", name, got, len(wantStale), wantStale)
+			return
+		}
+		for i, w := range wantStale {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: reason %q, want it to say %q", name, got[i], w)
+			}
+		}
+	}
+	check("at HEAD", "make bench on today at "+measured)
+	check("dirty", "make bench on today at "+measured+"-dirty", measured+"-dirty is a tree with changes no commit holds")
+	check("described", "make bench on today at v0.1.0-3-g"+measured)
+	commit("docs/notes.md", "unmeasured\n")
+	check("a change elsewhere", "make bench on today at "+measured)
+	commit("measured/code.go", "package measured // changed\n")
+	check("the measured code changed", "make bench on today at "+measured, bench+": 1 files it measures changed since "+measured+" (measured/code.go)")
+	check("no commit", "make bench on today at 0000000", "0000000 is no commit of this repository")
+	check("no commit named", "make bench on today", `it names no commit`)
+	git("checkout", "-q", "-b", "side", measured)
+	side := commit("side.txt", "a commit main does not hold\n")
+	git("checkout", "-q", "main")
+	check("not an ancestor", "make bench on today at "+side, "HEAD does not descend from "+side)
+}

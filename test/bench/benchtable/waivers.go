@@ -118,7 +118,7 @@ func waiversNextTo(path string) (waivers, error) {
 }
 
 // waiveMiss says whether the missed figure of row r, from a run whose
-// other metrics are line, is waived: a waiver names it and the limit it
+// metrics are line (that run's alone), is waived: a waiver names it and the limit it
 // names, measured in the same run, misses the target too. The note says
 // why or why not.
 func (w waivers) waiveMiss(r row, line map[string]float64) (waived bool, note string) {
@@ -150,10 +150,9 @@ func (w waivers) unused(o output, file string) []string {
 				continue
 			}
 			found = true
-			line := o.last(r.bench)
-			if v, ok := line[r.metric]; !ok || r.ok(v) {
+			if v, ok := o.last(r.bench)[r.metric]; !ok || r.ok(v) {
 				out = append(out, fmt.Sprintf("missed %q: the figure is not MISSED", fig))
-			} else if waived, note := w.waiveMiss(r, line); !waived {
+			} else if waived, note := w.waiveMiss(r, o.line[r.bench]); !waived {
 				out = append(out, fmt.Sprintf("missed %q: %s", fig, note))
 			}
 		}
