@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/servekit/authn"
 	"nodeconfig.io/test/framework/audit"
 )
 
@@ -40,9 +42,13 @@ const agentMemoryLimit = 128 << 20
 // the agent knows the cluster's signing keys, so they are refused before
 // their body is read and cost no review, and cannot spend the budget the
 // reconciler's new tokens need. Without the keys they would be reviewed
-// within the budget (the bound below holds either way).
+// within the budget (the bound below holds either way). With them, every
+// review the API server's audit log shows from the agent is of a token the
+// reconciler minted for this node (the audit log's TokenRequests): at
+// least one, at most one per token per review cache period.
 func TestGarbageTokenFloodDoesNotStopARolloutNorExhaustTheAgent(t *testing.T) {
 	const calls, workers = 2000, 8
+	started := time.Now()
 	e := newSecureNodes(t, 1)
 	n := e.nodes[0]
 	auditLog := filepath.Join(e.c.Dir, "audit.log")
@@ -56,6 +62,7 @@ func TestGarbageTokenFloodDoesNotStopARolloutNorExhaustTheAgent(t *testing.T) {
 		return c
 	}
 	reviewsBefore := reviews()
+	reconcilerStarted := time.Now()
 	e.startReconciler("r0", e.reconcilerArgs(reconcilerSA)...)
 
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -85,6 +92,9 @@ func TestGarbageTokenFloodDoesNotStopARolloutNorExhaustTheAgent(t *testing.T) {
 	big := &nodeconfigv1.PutCheckpointRequest{Source: src, Data: map[string]string{"k": strings.Repeat("x", 4<<20-4<<10)}}
 	small := &nodeconfigv1.PutCheckpointRequest{Source: src, Data: map[string]string{"k": "maxPods: 1\n"}}
 	var next atomic.Int64
+	// The forged calls the agent refused for their signature, by the
+	// cluster's keys (authn.KeySet's refusal): it held the keys and used them.
+	var refusedByKeys atomic.Int64
 	codeCounts := make([]map[codes.Code]int, workers)
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -109,6 +119,9 @@ func TestGarbageTokenFloodDoesNotStopARolloutNorExhaustTheAgent(t *testing.T) {
 				creds := grpc.PerRPCCredentials(oauth.TokenSource{TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: tok})})
 				err := conn.Invoke(e.ctx, "/nodeconfig.v1.CheckpointService/PutCheckpoint", body, &nodeconfigv1.PutCheckpointResponse{}, creds)
 				codeCounts[w][status.Code(err)]++
+				if i%2 == 1 && status.Code(err) == codes.Unauthenticated && strings.Contains(status.Convert(err).Message(), `signed by key "forged", which is not one of the cluster's ServiceAccount keys`) {
+					refusedByKeys.Add(1)
+				}
 			}
 		})
 	}
@@ -149,6 +162,45 @@ func TestGarbageTokenFloodDoesNotStopARolloutNorExhaustTheAgent(t *testing.T) {
 	// Without a budget every small-body forged call costs a review.
 	if forgedSmall := calls / 4; sent > bound || sent >= forgedSmall/2 {
 		t.Errorf("%d TokenReviews for %d flood calls (%d forged tokens with small bodies) in %v; the budget allows at most %d", sent, calls, forgedSmall, elapsed, bound)
+	}
+
+	// The agent checked signatures with the cluster's keys: it read them
+	// from the API server (the audit log), and refused every forged token
+	// for its key before review.
+	jwksReads, err := audit.Count(auditLog, func(ev audit.Event) bool {
+		return ev.Verb == "get" && strings.HasPrefix(ev.RequestURI, "/openid/v1/jwks") && ev.ResponseStatus.Code == 200 &&
+			strings.HasPrefix(ev.UserAgent, "nodeconfig-checkpointd") && !ev.RequestReceived.Before(started)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jwksReads == 0 {
+		t.Errorf("the audit log shows no read of the cluster's signing keys (/openid/v1/jwks) by checkpointd")
+	}
+	if forged := int64(calls / 2); refusedByKeys.Load() != forged {
+		t.Errorf("%d of %d forged tokens refused for a key that is not the cluster's; the agent did not verify with the cluster's keys (%v)", refusedByKeys.Load(), forged, total)
+	}
+	// So the only reviews are of the reconciler's own tokens for this
+	// node, minted since it started, each at most once per review cache
+	// period: counted after the reviews, every reviewed token's request is
+	// in the log already.
+	trs, err := audit.TokenRequests(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	minted := 0
+	for _, tr := range trs {
+		if tr.Account == "nodeconfig-system/"+reconcilerSA && tr.Code == 201 && slices.Contains(tr.Audiences, audienceOf(n.Name)) &&
+			!tr.At.Before(reconcilerStarted) {
+			minted++
+		}
+	}
+	perToken := 1 + int(time.Since(reconcilerStarted)/authn.ReviewCacheTTL)
+	t.Logf("the reconciler's tokens for %s: %d minted (audit log); the agent's TokenReviews: %d; the agent read the cluster's keys %d times",
+		n.Name, minted, sent, jwksReads)
+	if sent < 1 || sent > minted*perToken {
+		t.Errorf("%d TokenReviews by the agent, want 1 to %d: one per token the reconciler minted for %s (%d, audit log) per %v review cache period",
+			sent, minted*perToken, n.Name, minted, authn.ReviewCacheTTL)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,9 +25,13 @@ type localRun struct {
 	exited      chan struct{}
 	exitErr     error
 
-	mu       sync.Mutex
-	commands []string // the "$ ..." lines it printed
+	mu          sync.Mutex
+	commands    []string          // the "$ ..." lines it printed
+	targetFiles map[string]string // each node's materialized file, as it printed it
 }
+
+// targetLine is localrun's line naming a node's materialized file.
+var targetLine = regexp.MustCompile(`\bnode (\S+): .*, target file (\S+)$`)
 
 // startLocalRun builds and starts localrun with its state in state and
 // waits until it says ready. Cleanup kills it if the test did not stop it.
@@ -48,7 +53,7 @@ func startLocalRun(t *testing.T, state string) *localRun {
 	if out, err := exec.Command("go", "build", "-o", localrun, "nodeconfig.io/test/cmd/localrun").CombinedOutput(); err != nil {
 		t.Fatalf("build localrun: %v\n%s", err, out)
 	}
-	r := &localRun{root: root, state: state, exited: make(chan struct{})}
+	r := &localRun{root: root, state: state, exited: make(chan struct{}), targetFiles: map[string]string{}}
 	r.cmd = exec.Command(localrun, "--nodes", "2", "--state", state, "--bin", binDir, "--soak-seconds", "5")
 	r.cmd.Dir = root
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -73,6 +78,11 @@ func startLocalRun(t *testing.T, state string) *localRun {
 			if c, ok := strings.CutPrefix(line, "  $ "); ok {
 				r.mu.Lock()
 				r.commands = append(r.commands, c)
+				r.mu.Unlock()
+			}
+			if m := targetLine.FindStringSubmatch(line); m != nil {
+				r.mu.Lock()
+				r.targetFiles[m[1]] = m[2]
 				r.mu.Unlock()
 			}
 			if line == "ready" {
@@ -104,6 +114,14 @@ func (r *localRun) printed() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]string(nil), r.commands...)
+}
+
+// targetFile is the file node's checkpointd materializes, as localrun
+// named it ("" when it named none).
+func (r *localRun) targetFile(node string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.targetFiles[node]
 }
 
 // kubeconfig is the run's admin kubeconfig.

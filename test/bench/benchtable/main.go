@@ -160,8 +160,19 @@ const runPrefix = "# run: "
 
 // output is what benchtable reads of saved benchmark output.
 type output struct {
-	series map[string]map[string][]float64 // every run's values by benchmark and metric, in order
-	runs   []string                        // the runs' own lines (runPrefix), in order
+	series  map[string]map[string][]float64 // every run's values by benchmark and metric, in order
+	runs    []string                        // the runs' own lines (runPrefix), in order
+	benches [][]string                      // each run's benchmarks, as runs
+	runOf   map[string]int                  // the run of each benchmark's last value, an index of runs (-1: before any run line)
+	line    map[string]map[string]float64   // each benchmark's last line: one run's metrics, none of an earlier run's
+}
+
+// lastRun is the run line of bench's last value ("" when none names it).
+func (o output) lastRun(bench string) string {
+	if i, ok := o.runOf[bench]; ok && i >= 0 {
+		return o.runs[i]
+	}
+	return ""
 }
 
 // last is each metric's value in bench's last run: the figure of a
@@ -177,12 +188,13 @@ func (o output) last(bench string) map[string]float64 {
 // parse collects metric values by benchmark, every run's of a benchmark
 // run more than once.
 func parse(r io.Reader) (output, error) {
-	out := output{series: map[string]map[string][]float64{}}
+	out := output{series: map[string]map[string][]float64{}, runOf: map[string]int{}, line: map[string]map[string]float64{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if run, ok := strings.CutPrefix(sc.Text(), runPrefix); ok {
 			out.runs = append(out.runs, strings.TrimSpace(run))
+			out.benches = append(out.benches, nil)
 			continue
 		}
 		f := strings.Fields(sc.Text())
@@ -193,12 +205,18 @@ func parse(r io.Reader) (output, error) {
 		if out.series[name] == nil {
 			out.series[name] = map[string][]float64{}
 		}
+		out.runOf[name] = len(out.runs) - 1
+		if i := len(out.runs) - 1; i >= 0 && !slices.Contains(out.benches[i], name) {
+			out.benches[i] = append(out.benches[i], name)
+		}
+		out.line[name] = map[string]float64{}
 		for i := 2; i+1 < len(f); i += 2 {
 			v, err := strconv.ParseFloat(f[i], 64)
 			if err != nil {
 				break
 			}
 			out.series[name][f[i+1]] = append(out.series[name][f[i+1]], v)
+			out.line[name][f[i+1]] = v
 		}
 	}
 	return out, sc.Err()
@@ -213,6 +231,7 @@ func main() {
 	}
 	_ = fs.Parse(os.Args[1:])
 	in, name := io.Reader(os.Stdin), "stdin"
+	var wv waivers
 	if fs.NArg() > 0 {
 		f, err := os.Open(fs.Arg(0))
 		if err != nil {
@@ -220,15 +239,23 @@ func main() {
 		}
 		defer f.Close()
 		in, name = f, fs.Arg(0)
+		if wv, err = waiversNextTo(name); err != nil {
+			fail(err)
+		}
 	}
 	o, err := parse(in)
 	if err != nil {
 		fail(fmt.Errorf("%s: %w", name, err))
 	}
-	missed := render(o, os.Stdout)
+	missed := render(o, wv, filepath.Base(name), os.Stdout)
+	for _, u := range wv.unused(o, filepath.Base(name)) {
+		// make test fails on it (TestCommittedTableIsTheSavedOutputs); a new
+		// run is what makes a waiver unused, so the run itself does not.
+		fmt.Fprintf(os.Stderr, "benchtable: a waiver of %s is unused, remove it: %s\n", waiversFile, u)
+	}
 	if *write != "" {
 		// Written also when a target is missed: the document shows the miss.
-		blk, _ := block(o, sourceName(name))
+		blk, _ := block(o, sourceName(name), wv)
 		if err := rewrite(*write, blk); err != nil {
 			fail(err)
 		}
@@ -265,13 +292,15 @@ func table(r io.Reader, w io.Writer) (missed []string, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return render(o, w), nil
+	return render(o, waivers{}, "", w), nil
 }
 
-// render prints the table of o. A figure that was not run is shown as such
-// (with what runs it, when make bench does not) and is not a miss: make
-// bench may run a subset.
-func render(o output, w io.Writer) (missed []string) {
+// render prints the table of o, read from the saved file named file (its
+// base name, as waivers name it). A figure that was not run is shown as
+// such (with what runs it, when make bench does not) and is not a miss:
+// make bench may run a subset. A miss that wv waives is shown with its
+// waiver and not returned; a figure of a run wv waives as stale says so.
+func render(o output, wv waivers, file string, w io.Writer) (missed []string) {
 	fmt.Fprintln(w, "| figure | target | measured | ratio to anchor or floor | |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
 	for _, r := range rows {
@@ -294,7 +323,16 @@ func render(o output, w io.Writer) (missed []string) {
 		verdict := "met"
 		if !met {
 			verdict = "MISSED"
-			missed = append(missed, fmt.Sprintf("%s: %s, target %s", r.figure, measured, r.target))
+			waived, note := wv.waiveMiss(r, o.line[r.bench])
+			if note != "" {
+				verdict += "; " + note
+			}
+			if !waived {
+				missed = append(missed, fmt.Sprintf("%s: %s, target %s", r.figure, measured, r.target))
+			}
+		}
+		if run := o.lastRun(r.bench); run != "" && wv.stale[staleKey{file, run}] != "" {
+			verdict += "; stale run, waived"
 		}
 		ref := ""
 		if r.reference != nil {
@@ -335,15 +373,40 @@ const (
 
 // block is what goes between the markers: where the figures were saved and
 // by which runs, then the table.
-func block(o output, source string) (string, []string) {
+func block(o output, source string, wv waivers) (string, []string) {
 	var b strings.Builder
 	if len(o.runs) == 0 {
 		fmt.Fprintf(&b, "Rendered from `%s`, which holds no run yet: `make bench` saves one.\n\n", source)
 	} else {
 		fmt.Fprintf(&b, "Rendered from `%s`, saved by: %s.\n\n", source, strings.Join(o.runs, "; "))
 	}
-	missed := render(o, &b)
+	file := filepath.Base(source)
+	missed := render(o, wv, file, &b)
+	var used []string
+	for _, r := range rows {
+		if mw, ok := wv.missed[r.figure]; ok {
+			if waived, _ := wv.waiveMiss(r, o.line[r.bench]); waived {
+				used = append(used, fmt.Sprintf("- MISSED, waived (%s): %s: %s\n", mw.limit, r.figure, mw.why))
+			}
+		}
+	}
+	for _, run := range o.runs {
+		if why := wv.stale[staleKey{file, run}]; why != "" {
+			used = append(used, fmt.Sprintf("- stale run, waived: %s: %s\n", run, why))
+		}
+	}
+	if len(used) > 0 {
+		fmt.Fprintf(&b, "\nWaivers, from `%s`:\n\n%s", pathJoin(source, waiversFile), strings.Join(used, ""))
+	}
 	return b.String(), missed
+}
+
+// pathJoin names a file beside source, in source's slash-separated form.
+func pathJoin(source, name string) string {
+	if i := strings.LastIndex(source, "/"); i >= 0 {
+		return source[:i+1] + name
+	}
+	return name
 }
 
 // blockOf returns the text between the markers of doc.

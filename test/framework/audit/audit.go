@@ -20,7 +20,10 @@ type Event struct {
 	User      struct {
 		Username string `json:"username"`
 	} `json:"user"`
-	ObjectRef struct {
+	// RequestURI is the path and query, for a non-resource request (the
+	// API server's /openid/v1/jwks) the only thing naming it.
+	RequestURI string `json:"requestURI"`
+	ObjectRef  struct {
 		Resource    string `json:"resource"`
 		Namespace   string `json:"namespace"`
 		Name        string `json:"name"`
