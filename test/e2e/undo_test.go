@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"fmt"
-	"slices"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
