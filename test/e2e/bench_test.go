@@ -1,8 +1,8 @@
 package e2e
 
 import (
+	"fmt"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
 
@@ -34,7 +34,8 @@ func BenchmarkWritesPerNodePerConfigChange(b *testing.B) {
 	start := time.Now()
 	b.ResetTimer()
 	for i := range b.N {
-		next := e.configMap("cfg", map[string]string{"config.yaml": goodYAML + "# change " + string(rune('a'+i%26)) + "\n"})
+		// A change of a value: a comment alone is no new version.
+		next := e.configMap("cfg", map[string]string{"config.yaml": fmt.Sprintf("maxPods: %d\nlogging:\n  verbosity: 2\n", 111+i)})
 		waitAll(next.ResourceVersion)
 	}
 	b.StopTimer()
@@ -95,7 +96,7 @@ func BenchmarkAssignmentLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		start := time.Now()
-		next := e.configMap("cfg", map[string]string{"config.yaml": goodYAML + "# " + strconv.Itoa(i) + "\n"})
+		next := e.configMap("cfg", map[string]string{"config.yaml": fmt.Sprintf("maxPods: %d\nlogging:\n  verbosity: 2\n", 111+i)})
 		for done := false; !done; {
 			select {
 			case ev, ok := <-w.ResultChan():

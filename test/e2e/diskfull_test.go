@@ -53,7 +53,7 @@ func TestDiskFullIsAnEarlyErrorAndRecovers(t *testing.T) {
 	if _, err := crand.Read(noise); err != nil {
 		t.Fatal(err)
 	}
-	big := goodYAML + "# " + base64.StdEncoding.EncodeToString(noise) + "\n"
+	big := goodYAML + "padding: " + base64.StdEncoding.EncodeToString(noise) + "\n"
 	bigCM := e.configMap("cfg", map[string]string{"config.yaml": big})
 
 	var last *nodeconfigv1.NodeState

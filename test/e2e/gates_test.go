@@ -53,7 +53,8 @@ func TestConfigChangeCostsAtMostThreeWritesPerNode(t *testing.T) {
 	waitAll(cm.ResourceVersion)
 	before := e.writesSettled()
 	for i := range changes {
-		next := e.configMap("cfg", map[string]string{"config.yaml": fmt.Sprintf("%s# change %d\n", goodYAML, i)})
+		// A change of a value: a comment alone is no new version.
+		next := e.configMap("cfg", map[string]string{"config.yaml": fmt.Sprintf("maxPods: %d\nlogging:\n  verbosity: 2\n", 111+i)})
 		waitAll(next.ResourceVersion)
 	}
 	w := e.writesSettled().Minus(before)
