@@ -209,6 +209,12 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 			return g.onVerdict(active, c.GetPhase(), g.judge(recs), detail)
 		}
 		switch msg := c.GetMessage(); {
+		case strings.HasPrefix(msg, gatesHold):
+			// A hold may last long: the kubelet's health timeout starts
+			// when it stops answering, not when the hold began.
+			g.seen = nil
+			_, err := g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING, "the kubelet stopped answering while the health gates held the soak: waiting for its health ("+detail+")")
+			return g.retry(err)
 		case strings.HasPrefix(msg, runtimeNotReady):
 			return g.awaitRuntime(ctx, active)
 		case strings.HasPrefix(msg, stoppedOutside):

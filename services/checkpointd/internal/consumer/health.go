@@ -45,7 +45,9 @@ func (g *Gate) judge(recs *nodeconfigv1.Records) Verdict {
 	}
 	c := recs.GetConsumer()
 	var before []string
-	restarted := c.GetSince().AsTime()
+	// When the file was written: fixed for the trial (a phase's since
+	// moves with every hold), and no later than the kubelet's restart.
+	restarted := recs.GetActive().GetWrittenAt().AsTime()
 	if rb := c.GetReadyBefore(); rb != nil {
 		before = rb.GetPods()
 		if before == nil {

@@ -121,3 +121,21 @@ func TestGateDoesNotJudgeAProvenConfigByItsHealthGates(t *testing.T) {
 		t.Fatalf("rollbacks %v %v, judged %d times; a proven config is not judged again", node.rollbacks, node.lkgRollbacks, h.judgedN)
 	}
 }
+
+// A kubelet that stops answering during a long hold gets its full health
+// timeout from then, not from when the hold began: one failed probe is no
+// rollback.
+func TestAKubeletDownDuringALongHoldIsNotBlamedAtOnce(t *testing.T) {
+	node := &fakeNode{recs: trialRecords(nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING)}
+	node.recs.Consumer.Message = gatesHold + "the Prometheus query cannot be run"
+	node.recs.Consumer.Since = timestamppb.New(time.Now().Add(-time.Hour))
+	g, r, _ := newTestGate(t, node)
+	g.HealthTimeout = time.Minute
+	g.Health = &fakeHealth{r: r, verdict: Verdict{Hold: true, Message: "the Prometheus query cannot be run"}}
+	failures := 0
+	steps(g, 3, &failures)
+	c := node.recs.GetConsumer()
+	if len(node.rollbacks) != 0 || c.GetPhase() != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING || time.Since(c.GetSince().AsTime()) > time.Minute {
+		t.Fatalf("rollbacks %v, consumer %v; want no rollback and the health timeout started afresh", node.rollbacks, c)
+	}
+}

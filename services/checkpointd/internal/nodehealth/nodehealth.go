@@ -8,14 +8,18 @@ package nodehealth
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -56,6 +60,11 @@ type Gate struct {
 	watchErrAt time.Time
 	// cel is the last CEL gate compiled.
 	cel *healthcel.Program
+	// backReady are the pods of the trial that restarted at restartedAt
+	// seen Ready again: a pod that later turns unready of itself (its
+	// database down) is no longer the config's doing.
+	backReady   map[string]bool
+	restartedAt time.Time
 }
 
 // pressures are the Node conditions a config on trial must keep False.
@@ -68,6 +77,17 @@ const staleAfterError = time.Minute
 
 // maxNamed is how many pods a message names before it counts the rest.
 const maxNamed = 5
+
+// readyGrace is how long the Node may say it is not Ready after the
+// kubelet's restart before the config is blamed: a restarted kubelet can
+// post NotReady until its runtime and network checks pass, and the node
+// lifecycle controller's Unknown lingers until its next heartbeat. The
+// soak holds meanwhile.
+const readyGrace = time.Minute
+
+// nodeShutdown are the reasons the kubelet's graceful node shutdown gives
+// the pods it ends: a reboot, not the config.
+var nodeShutdown = []string{"Terminated", "Shutdown", "NodeShutdown"}
 
 // Start watches the node and its pods until ctx ends.
 func Start(ctx context.Context, o Options) (*Gate, error) {
@@ -103,6 +123,10 @@ func Start(ctx context.Context, o Options) (*Gate, error) {
 }
 
 func (g *Gate) noteWatchError(_ *cache.Reflector, err error) {
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// A routine relist: the cache is listed again at once.
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.watchErr, g.watchErrAt = err, g.o.Now()
@@ -153,7 +177,7 @@ func (g *Gate) Judge(before []string, restarted time.Time, gates *nodeconfigv1.H
 		return consumer.Verdict{Hold: true, Message: fmt.Sprintf("the Node %s cannot be read: %v", g.o.Node, err)}
 	}
 	var failed, held []string
-	f, h := judgeConditions(node, restarted)
+	f, h := judgeConditions(node, restarted, g.o.Now())
 	failed, held = append(failed, f...), append(held, h...)
 	f, h = g.judgePods(before, restarted)
 	failed, held = append(failed, f...), append(held, h...)
@@ -171,7 +195,7 @@ func (g *Gate) Judge(before []string, restarted time.Time, gates *nodeconfigv1.H
 // judgeConditions fails a Node that is not Ready or under pressure since
 // the restart; one that already was before it is held, not blamed: the
 // config did not cause it.
-func judgeConditions(node *corev1.Node, restarted time.Time) (failed, held []string) {
+func judgeConditions(node *corev1.Node, restarted, now time.Time) (failed, held []string) {
 	check := func(typ corev1.NodeConditionType, want corev1.ConditionStatus) {
 		c := condition(node, typ)
 		if c == nil {
@@ -188,6 +212,10 @@ func judgeConditions(node *corev1.Node, restarted time.Time) (failed, held []str
 		said := fmt.Sprintf("the Node's %s is %s since %s (%s: %s)", typ, c.Status, c.LastTransitionTime.UTC().Format(time.RFC3339), c.Reason, c.Message)
 		if c.LastTransitionTime.Time.Before(restarted) {
 			held = append(held, said+", from before the kubelet's restart: not the config's doing")
+			return
+		}
+		if typ == corev1.NodeReady && now.Sub(c.LastTransitionTime.Time) < readyGrace {
+			held = append(held, said+fmt.Sprintf(": waiting up to %s for the restarted kubelet to report Ready", readyGrace))
 			return
 		}
 		failed = append(failed, said)
@@ -208,6 +236,11 @@ func (g *Gate) judgePods(before []string, restarted time.Time) (failed, held []s
 		return nil, nil
 	}
 	deadline := restarted.Add(g.o.PodsReadyTimeout)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.restartedAt.Equal(restarted) {
+		g.backReady, g.restartedAt = map[string]bool{}, restarted
+	}
 	var ended, waiting []string
 	for _, key := range before {
 		ns, name, uid, ok := splitKey(key)
@@ -223,7 +256,11 @@ func (g *Gate) judgePods(before []string, restarted time.Time) (failed, held []s
 			if why, ok := endedByTheNode(p); ok {
 				ended = append(ended, fmt.Sprintf("%s/%s (%s: %s)", ns, name, p.Status.Phase, why))
 			}
-		case !podReady(p):
+		case podReady(p):
+			g.backReady[key] = true
+		case g.backReady[key]:
+			// Ready again after the restart, unready since of itself.
+		default:
 			waiting = append(waiting, fmt.Sprintf("%s/%s (%s%s)", ns, name, p.Status.Phase, notReadyWhy(p)))
 		}
 	}
@@ -248,6 +285,9 @@ func (g *Gate) judgePods(before []string, restarted time.Time) (failed, held []s
 // own work: a pod that restarts always never ends of itself, and one that
 // may end says so by ending without the kubelet's reason.
 func endedByTheNode(p *corev1.Pod) (string, bool) {
+	if slices.Contains(nodeShutdown, p.Status.Reason) {
+		return "", false
+	}
 	why := p.Status.Reason
 	if p.Status.Message != "" {
 		why += ": " + p.Status.Message

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 )
@@ -101,9 +103,51 @@ func TestAPressureFromBeforeTheTrialHoldsIt(t *testing.T) {
 func TestANodeNotReadySinceTheRestartFailsIt(t *testing.T) {
 	n := healthyNode()
 	n.Status.Conditions[0] = cond(corev1.NodeReady, corev1.ConditionFalse, restart.Add(time.Second))
-	g, _ := started(t, n)
+	g, now := started(t, n)
+	if v := g.Judge(nil, restart, nil); v.Failed || !v.Hold || !strings.Contains(v.Message, "waiting up to 1m0s for the restarted kubelet to report Ready") {
+		t.Fatalf("verdict %+v within the grace; want a hold", v)
+	}
+	now.Store(restart.Add(2 * readyGrace).UnixNano())
 	if v := g.Judge(nil, restart, nil); !v.Failed || !strings.Contains(v.Message, "Ready is False") {
-		t.Fatalf("verdict %+v; want failed on Ready", v)
+		t.Fatalf("verdict %+v past the grace; want failed on Ready", v)
+	}
+}
+
+// A pod seen Ready again after the restart that turns unready later (its
+// own database down) is not the config's doing; nor is a pod the node's
+// graceful shutdown ended (a reboot mid-soak).
+func TestWhatAPodDoesOfItselfIsNotBlamed(t *testing.T) {
+	flaky := pod("flaky", "u-flaky", corev1.PodRunning, true)
+	rebooted := pod("rebooted", "u-rebooted", corev1.PodFailed, false)
+	rebooted.Status.Reason, rebooted.Status.Message = "Terminated", "Pod was terminated in response to imminent node shutdown."
+	rebooted.Status.Conditions = append(rebooted.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "TerminationByKubelet"})
+	g, now := started(t, healthyNode(), flaky, rebooted)
+	before := []string{"default/flaky/u-flaky", "default/rebooted/u-rebooted"}
+	if v := g.Judge(before, restart, nil); v.Failed || v.Hold {
+		t.Fatalf("verdict %+v; want a pass", v)
+	}
+	flaky.Status.Conditions[0].Status = corev1.ConditionFalse
+	if _, err := g.o.Kube.CoreV1().Pods("default").UpdateStatus(context.Background(), flaky, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The informer's cache catches up.
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		p, err := g.pods.Pods("default").Get("flaky")
+		return err == nil && !podReady(p), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	now.Store(restart.Add(time.Hour).UnixNano())
+	if v := g.Judge(before, restart, nil); v.Failed {
+		t.Fatalf("verdict %+v; a pod unready of itself after it came back is not the config's", v)
+	}
+}
+
+func TestARoutineRelistIsNoOutage(t *testing.T) {
+	g, _ := started(t, healthyNode())
+	g.noteWatchError(nil, apierrors.NewResourceExpired("too old resource version"))
+	if v := g.Judge(nil, restart, nil); v.Hold {
+		t.Fatalf("verdict %+v after a 410 relist; want no hold", v)
 	}
 }
 

@@ -38,9 +38,10 @@ func (c *Controller) resolve(nc *v1alpha1.NodeConfig) (*nodeconfigv1.ConfigSourc
 }
 
 // sameBytes is the ConfigMap version the newest revision of nc was read
-// from, when the key's bytes at src are that revision's, to the byte or as
-// the same YAML document (keys reordered, comments, quoting; not with
-// validator none, whose consumer may read the bytes as they are): an edit of
+// from, when the key's bytes at src are that revision's, to the byte or, for
+// the kubelet, as the same YAML document (keys reordered, comments,
+// quoting: the kubelet reads one document into typed fields; another
+// consumer may read the bytes, later documents or YAML 1.2): an edit of
 // another key, of a label, or of nothing the nodes read is no new version,
 // so it starts no trial and restarts no kubelet. Nil otherwise, or without
 // a history to tell.
@@ -60,7 +61,7 @@ func (c *Controller) sameBytes(nc *v1alpha1.NodeConfig, src *nodeconfigv1.Config
 	if d.UID != src.GetUid() || d.Key != src.GetKey() || d.Namespace != src.GetNamespace() || d.Name != src.GetName() || d.ResourceVersion == src.GetResourceVersion() {
 		return nil
 	}
-	if p.Data.SHA256 != v1alpha1.NewRevisionData([]byte(payload), d).SHA256 && (nc.Spec.Validator == "none" || !sameDocument(p.Data.Payload, []byte(payload))) {
+	if p.Data.SHA256 != v1alpha1.NewRevisionData([]byte(payload), d).SHA256 && (nc.Spec.Validator != "kubelet" || !sameDocument(p.Data.Payload, []byte(payload))) {
 		return nil
 	}
 	return &nodeconfigv1.ConfigSource{Namespace: d.Namespace, Name: d.Name, Uid: d.UID, ResourceVersion: d.ResourceVersion, Key: d.Key}

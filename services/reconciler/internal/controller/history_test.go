@@ -102,13 +102,14 @@ func TestPinnedRevisionReachesTheNodeAfterItsConfigMapIsGone(t *testing.T) {
 // trial and gives the node nothing; a change of those bytes does.
 func TestAConfigMapEditElsewhereIsNoNewVersion(t *testing.T) {
 	f := newFixture(t)
+	f.c.o.NodeValidationOnly = true // the fixture has no kubelet validator
 	refresh := f.withHistory()
 	a := f.addNode("n1", map[string]string{"pool": "a"})
 	f.addConfigMap("ns", "cfg", "10", map[string]string{"config.yaml": "a: 1\n", "other": "x"})
 	nc := &v1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "pool-a", Finalizers: []string{v1alpha1.Finalizer}}, Spec: v1alpha1.NodeConfigSpec{
 		NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"pool": "a"}},
 		Source:       &v1alpha1.Source{ConfigMap: &v1alpha1.ConfigMapSource{Namespace: "ns", Name: "cfg", Key: "config.yaml"}},
-		SoakSeconds:  60,
+		SoakSeconds:  60, Validator: "kubelet",
 	}}
 	f.setNodeConfig(nc)
 	if err := f.syncNode("n1"); err != nil {

@@ -242,7 +242,11 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 				if !undone {
 					progressing = metav1.ConditionTrue
 					// Promoted nodes are not synced again by themselves.
-					c.enqueueSelected(nc)
+					for _, name := range selected {
+						if !c.runsAgain(name, p) {
+							c.nodeQ.Add(name)
+						}
+					}
 				}
 			}
 		}
