@@ -129,7 +129,15 @@ func TestRunServesTheControllerUntilTheContextEnds(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n, err := testutil.GatherAndCount(reg, "nodeconfig_reconciler_queue_depth"); err != nil || n != 1 {
+	// The gauges are reported periodically: the first report may trail
+	// the sync.
+	n, err := 0, error(nil)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if n, err = testutil.GatherAndCount(reg, "nodeconfig_reconciler_queue_depth"); err == nil && n == 1 {
+			break
+		}
+	}
+	if err != nil || n != 1 {
 		t.Errorf("the controller's metrics are not on the registry Register was given (%d series, %v)", n, err)
 	}
 

@@ -3,6 +3,7 @@ package consumer
 import (
 	"syscall"
 	"testing"
+	"time"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
@@ -29,6 +30,8 @@ func TestDecoysCauseNoRollback(t *testing.T) {
 	if c := node.recs.GetConsumer(); c.GetPhase() != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING {
 		t.Fatalf("consumer %v after the restart; want WAITING", c)
 	}
+	// The signal is sent; its exit is reaped a moment later.
+	kubelet.waitExit(t, 10*time.Second)
 	if kubelet.alive() || kubelet.signalledBy() != syscall.SIGTERM {
 		t.Fatalf("the kubelet: running %v, signal %v; want it stopped by SIGTERM", kubelet.alive(), kubelet.signalledBy())
 	}
