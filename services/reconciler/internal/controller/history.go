@@ -122,32 +122,30 @@ func (c *Controller) syncHistory(ctx context.Context, nc *v1alpha1.NodeConfig, s
 // its last-known-good: src was promoted everywhere, whatever the nodes
 // try since.
 func (c *Controller) lastKnownGoodEverywhere(nc *v1alpha1.NodeConfig, src *nodeconfigv1.ConfigSource) bool {
-	selected := c.selectedNodes(nc)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, name := range selected {
-		n := c.nodes[name]
-		if n == nil || !records.SameSource(n.Records.GetLastKnownGood().GetSource(), src) {
-			return false
-		}
-	}
-	return true
+	return c.everySelected(nc, func(n *NodeInfo) bool {
+		return records.SameSource(n.Records.GetLastKnownGood().GetSource(), src)
+	})
 }
 
 // promotedEverywhere says whether every node nc selects follows it and
 // runs src as its assigned and last-known-good config, by the records
 // last read from the node.
 func (c *Controller) promotedEverywhere(nc *v1alpha1.NodeConfig, src *nodeconfigv1.ConfigSource) bool {
+	return c.everySelected(nc, func(n *NodeInfo) bool {
+		recs := n.Records
+		return n.NodeConfig == nc.Name && recs.GetError() == nil &&
+			records.SameSource(recs.GetAssigned().GetSource(), src) && records.SameSource(recs.GetLastKnownGood().GetSource(), src)
+	})
+}
+
+// everySelected says whether ok holds for what was last read from every
+// node nc selects (false where a node was not read yet).
+func (c *Controller) everySelected(nc *v1alpha1.NodeConfig, ok func(*NodeInfo) bool) bool {
 	selected := c.selectedNodes(nc)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, name := range selected {
-		n := c.nodes[name]
-		if n == nil || n.NodeConfig != nc.Name {
-			return false
-		}
-		recs := n.Records
-		if recs.GetError() != nil || !records.SameSource(recs.GetAssigned().GetSource(), src) || !records.SameSource(recs.GetLastKnownGood().GetSource(), src) {
+		if n := c.nodes[name]; n == nil || !ok(n) {
 			return false
 		}
 	}

@@ -174,7 +174,9 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 	// Under c.mu, so the book's rollbacks are those of the states counted.
 	st.RolledBackVersions = c.book.RolledBackVersions(nc, selected)
 	c.mu.Unlock()
-	current, haveCurrent := c.desiredVersion(nc)
+	// Resolved once: the version, the undo and the status's note all ask.
+	src := c.currentSource(nc)
+	current, haveCurrent := versionOf(nc, src)
 	failedCurrent := 0
 	if haveCurrent {
 		failedCurrent = rollout.Failures(st.RolledBackVersions, current)
@@ -236,16 +238,14 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 		progressing, reason := metav1.ConditionTrue, v1alpha1.ReasonRollingOut
 		if halted {
 			progressing = metav1.ConditionFalse
-			if p := c.undoTarget(nc, c.currentSource(nc)); p != nil {
-				var undone bool
-				reason, msg, undone = c.undoProgress(nc, p, selected)
-				if !undone {
+			if p := c.undoTarget(nc, src); p != nil {
+				var left []string
+				reason, msg, left = c.undoProgress(p, selected)
+				if len(left) > 0 {
 					progressing = metav1.ConditionTrue
 					// Promoted nodes are not synced again by themselves.
-					for _, name := range selected {
-						if !c.runsAgain(name, p) {
-							c.nodeQ.Add(name)
-						}
+					for _, name := range left {
+						c.nodeQ.Add(name)
 					}
 				}
 			}
@@ -260,7 +260,7 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 		set(v1alpha1.ConditionProgressing, progressing, reason, msg)
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	}
-	if note := c.sameBytesNote(nc); note != "" {
+	if note := c.sameBytesNote(nc, src); note != "" {
 		p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing)
 		set(v1alpha1.ConditionProgressing, p.Status, p.Reason, p.Message+"; "+note)
 	}
@@ -269,7 +269,7 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 
 // sameBytesNote is the status's line for a ConfigMap edit that changed
 // nothing the nodes read (sameBytes): "" when there is none.
-func (c *Controller) sameBytesNote(nc *v1alpha1.NodeConfig) string {
+func (c *Controller) sameBytesNote(nc *v1alpha1.NodeConfig, used *nodeconfigv1.ConfigSource) string {
 	if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil || nc.Spec.Source.Revision != nil {
 		return ""
 	}
@@ -277,7 +277,6 @@ func (c *Controller) sameBytesNote(nc *v1alpha1.NodeConfig) string {
 	if err != nil {
 		return ""
 	}
-	used := c.currentSource(nc)
 	if used == nil || used.GetResourceVersion() == now.GetResourceVersion() {
 		return ""
 	}

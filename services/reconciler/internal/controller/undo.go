@@ -6,10 +6,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 
-	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/history"
+	"nodeconfig.io/services/reconciler/internal/policy"
 	"nodeconfig.io/services/reconciler/internal/rollout"
 )
 
@@ -60,23 +60,13 @@ func revisionIs(cr *appsv1.ControllerRevision, nc *v1alpha1.NodeConfig, src *nod
 
 // runsAgain says whether node runs revision p as its active and
 // last-known-good config, under the revision's own name or the ConfigMap
-// version it was read from: undone, or never moved off it.
+// version it was read from (by the records last read from it): undone, or
+// never moved off it.
 func (c *Controller) runsAgain(node string, p *history.Pinned) bool {
 	c.mu.Lock()
 	n := c.nodes[node]
-	var recs *nodeconfigv1.Records
-	if n != nil {
-		recs = n.Records
-	}
 	c.mu.Unlock()
-	if recs == nil {
-		return false
-	}
-	read := readFrom(p)
-	is := func(s *nodeconfigv1.ConfigSource) bool {
-		return records.SameSource(s, p.Source) || records.SameSource(s, read)
-	}
-	return is(recs.GetActive().GetSource()) && is(recs.GetLastKnownGood().GetSource())
+	return n != nil && policy.RunsOneOf(n.Records, p.Source, readFrom(p))
 }
 
 // readFrom is the ConfigMap version revision p was read from, as the
@@ -87,32 +77,18 @@ func readFrom(p *history.Pinned) *nodeconfigv1.ConfigSource {
 }
 
 // undoProgress says how far the undo of nc's halted version is, for its
-// status: how many of its selected nodes run the revision again.
-func (c *Controller) undoProgress(nc *v1alpha1.NodeConfig, p *history.Pinned, selected []string) (reason, message string, done bool) {
-	back := 0
+// status: how many of its selected nodes run the revision again, and which
+// do not yet (left).
+func (c *Controller) undoProgress(p *history.Pinned, selected []string) (reason, message string, left []string) {
 	for _, name := range selected {
-		if c.runsAgain(name, p) {
-			back++
+		if !c.runsAgain(name, p) {
+			left = append(left, name)
 		}
 	}
-	done = back == len(selected)
 	reason = v1alpha1.ReasonUndoingHaltedVersion
-	if done {
+	if len(left) == 0 {
 		reason = v1alpha1.ReasonHaltedVersionUndone
 	}
 	return reason, fmt.Sprintf("spec.rollout.onHalt Undo: %d of %d selected node(s) run revision %d again (%s, the last promoted everywhere before the halted version), paced by maxInTrial",
-		back, len(selected), p.Revision.Revision, p.Data.Source), done
-}
-
-// currentSource is the version nc assigns now (before any undo), nil
-// where it cannot be read.
-func (c *Controller) currentSource(nc *v1alpha1.NodeConfig) *nodeconfigv1.ConfigSource {
-	if nc.Spec.Source == nil || nc.Spec.Source.ConfigMap == nil {
-		return nil
-	}
-	src, _, err := c.resolve(nc)
-	if err != nil {
-		return nil
-	}
-	return src
+		len(selected)-len(left), len(selected), p.Revision.Revision, p.Data.Source), left
 }

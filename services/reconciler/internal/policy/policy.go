@@ -8,6 +8,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -173,7 +174,7 @@ func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, re
 	if d.ResolveErr != nil {
 		return earlyError(ctx, agent, recs, d.ResolveErr)
 	}
-	if runsAlready(recs, d.Runs) {
+	if RunsOneOf(recs, d.Runs...) {
 		return Result{State: stateOf(recs), Records: recs}
 	}
 	a := recs.GetAssigned()
@@ -431,14 +432,11 @@ func stateOf(recs *nodeconfigv1.Records) nodeconfigv1.LifecycleState {
 	}
 }
 
-// runsAlready says whether the node runs one of same as its active and
-// last-known-good config.
-func runsAlready(recs *nodeconfigv1.Records, same []*nodeconfigv1.ConfigSource) bool {
-	active, lkg := recs.GetActive().GetSource(), recs.GetLastKnownGood().GetSource()
-	for _, s := range same {
-		if records.SameSource(active, s) && records.SameSource(lkg, s) {
-			return true
-		}
+// RunsOneOf says whether the node runs one of same as its active and
+// last-known-good config (the two may name it differently).
+func RunsOneOf(recs *nodeconfigv1.Records, same ...*nodeconfigv1.ConfigSource) bool {
+	is := func(s *nodeconfigv1.ConfigSource) bool {
+		return slices.ContainsFunc(same, func(o *nodeconfigv1.ConfigSource) bool { return records.SameSource(s, o) })
 	}
-	return false
+	return is(recs.GetActive().GetSource()) && is(recs.GetLastKnownGood().GetSource())
 }
