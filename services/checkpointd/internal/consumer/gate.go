@@ -18,18 +18,16 @@ type Lifecycle interface {
 	// and returns false when src is no longer the active config.
 	SetConsumer(src *nodeconfigv1.ConfigSource, phase nodeconfigv1.ConsumerPhase, message string) (bool, error)
 	// RollBack makes last-known-good active after the consumer failed on
-	// src, a late error; false when src is no longer active or is itself
-	// last-known-good (there is nothing better to go back to).
-	RollBack(src *nodeconfigv1.ConfigSource, message string) (bool, error)
+	// src, a late error of reason (records.ReasonConsumerUnhealthy, or
+	// records.ReasonHealthGateFailed); false when src is no longer active
+	// or is itself last-known-good (there is nothing better to go back to).
+	RollBack(src *nodeconfigv1.ConfigSource, reason, message string) (bool, error)
 	// SeenHealthy records that the consumer was seen healthy on src, the
 	// active config, in its HEALTHY phase.
 	SeenHealthy(src *nodeconfigv1.ConfigSource) error
 	// SetReadyBefore records the pods that were ready before the consumer
 	// was restarted onto src, once per trial.
 	SetReadyBefore(src *nodeconfigv1.ConfigSource, pods []string) (bool, error)
-	// RollBackHealth makes last-known-good active after a health gate
-	// failed on src, a late error of its own reason.
-	RollBackHealth(src *nodeconfigv1.ConfigSource, message string) (bool, error)
 }
 
 // Gate restarts the consumer whenever the active config changes, waits for
@@ -458,17 +456,24 @@ func (g *Gate) fail(active *nodeconfigv1.ConfigSource, message string) {
 	if said := LastErrorLine(g.LogFile); said != "" {
 		message += "; the consumer said: " + said
 	}
-	rolled, err := g.Lifecycle.RollBack(active, message)
-	if err != nil {
-		g.Log.Error("roll back after the consumer failed", "err", err)
-		return
-	}
-	if rolled {
-		g.Log.Warn("rolled back: the consumer is not healthy on the active config", "message", message)
+	if rolled, err := g.rollBack(active, records.ReasonConsumerUnhealthy, message); err != nil || rolled {
 		return
 	}
 	g.Log.Error("the consumer is not healthy on last-known-good either", "message", message)
 	_, _ = g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_UNHEALTHY, message)
+}
+
+// rollBack rolls active back as a late error of reason, and logs what came
+// of it; rolled is false where active was already last-known-good.
+func (g *Gate) rollBack(active *nodeconfigv1.ConfigSource, reason, message string) (rolled bool, err error) {
+	rolled, err = g.Lifecycle.RollBack(active, reason, message)
+	switch {
+	case err != nil:
+		g.Log.Error("roll back the active config", "reason", reason, "err", err)
+	case rolled:
+		g.Log.Warn("rolled back the active config", "reason", reason, "message", message)
+	}
+	return rolled, err
 }
 
 func (g *Gate) retry(err error) time.Duration {

@@ -58,15 +58,7 @@ func (f *fakeNode) SetReadyBefore(s *nodeconfigv1.ConfigSource, pods []string) (
 
 func (f *fakeNode) SeenHealthy(*nodeconfigv1.ConfigSource) error { return nil }
 
-func (f *fakeNode) RollBack(s *nodeconfigv1.ConfigSource, message string) (bool, error) {
-	return f.rollBack(s, records.ReasonConsumerUnhealthy, message)
-}
-
-func (f *fakeNode) RollBackHealth(s *nodeconfigv1.ConfigSource, message string) (bool, error) {
-	return f.rollBack(s, records.ReasonHealthGateFailed, message)
-}
-
-func (f *fakeNode) rollBack(s *nodeconfigv1.ConfigSource, reason, message string) (bool, error) {
+func (f *fakeNode) RollBack(s *nodeconfigv1.ConfigSource, reason, message string) (bool, error) {
 	lkg := f.recs.GetLastKnownGood()
 	if records.SameSource(s, lkg.GetSource()) {
 		f.lkgRollbacks = append(f.lkgRollbacks, message)

@@ -112,16 +112,9 @@ func (g *Gate) onVerdict(active *nodeconfigv1.ConfigSource, phase nodeconfigv1.C
 // failHealth rolls back a config a health gate failed; the consumer itself
 // is healthy, so its log says nothing of it.
 func (g *Gate) failHealth(active *nodeconfigv1.ConfigSource, message string) {
-	rolled, err := g.Lifecycle.RollBackHealth(active, message)
-	if err != nil {
-		g.Log.Error("roll back after a health gate failed", "err", err)
-		return
+	if rolled, err := g.rollBack(active, records.ReasonHealthGateFailed, message); err == nil && !rolled {
+		// Nothing better to go back to: the node stays, watched as a
+		// proven config is.
+		g.Log.Error("a health gate failed on a config with nothing to roll back to", "message", message)
 	}
-	if rolled {
-		g.Log.Warn("rolled back: a health gate failed on the active config", "message", message)
-		return
-	}
-	// Nothing better to go back to: the node stays, watched as a proven
-	// config is.
-	g.Log.Error("a health gate failed on a config with nothing to roll back to", "message", message)
 }

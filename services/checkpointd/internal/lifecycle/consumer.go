@@ -105,19 +105,10 @@ func (c ConsumerNode) SetReadyBefore(src *nodeconfigv1.ConfigSource, pods []stri
 }
 
 // RollBack makes last-known-good active because the consumer does not run
-// src healthy: a late error, as a config that fails to load. When src is
-// last-known-good, the node falls back to its local default.
-func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, message string) (bool, error) {
-	return c.rollBack(src, records.ReasonConsumerUnhealthy, message)
-}
-
-// RollBackHealth makes last-known-good active because a health gate failed
-// on src while the consumer ran it healthy: a late error of its own reason.
-func (c ConsumerNode) RollBackHealth(src *nodeconfigv1.ConfigSource, message string) (bool, error) {
-	return c.rollBack(src, records.ReasonHealthGateFailed, message)
-}
-
-func (c ConsumerNode) rollBack(src *nodeconfigv1.ConfigSource, reason, message string) (bool, error) {
+// src healthy, or a health gate failed on it: a late error of reason, as a
+// config that fails to load. When src is last-known-good, the node falls
+// back to its local default.
+func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, reason, message string) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	recs, err := c.store.Records()

@@ -18,7 +18,7 @@ func TestLastKnownGoodTheKubeletDoesNotRunFallsBackToTheLocalDefault(t *testing.
 	f := newFixture(t)
 	f.assign(t, "1", "a: 1\n")
 	f.promote(t, "1")
-	rolled, err := (ConsumerNode{f.node}).RollBack(src("1"), "the kubelet turned unhealthy")
+	rolled, err := (ConsumerNode{f.node}).RollBack(src("1"), records.ReasonConsumerUnhealthy, "the kubelet turned unhealthy")
 	if err != nil || !rolled {
 		t.Fatalf("RollBack of last-known-good = %v, %v; want a fall back to the local default", rolled, err)
 	}

@@ -17,7 +17,7 @@ func rolledBackByTheConsumer(t *testing.T, f *fixture, rv string) {
 	if got := f.assign(t, rv, "a: 2\n"); got != nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED {
 		t.Fatalf("outcome %v, want ACTIVATED", got)
 	}
-	if rolled, err := (ConsumerNode{f.node}).RollBack(src(rv), "the kubelet turned unhealthy"); err != nil || !rolled {
+	if rolled, err := (ConsumerNode{f.node}).RollBack(src(rv), records.ReasonConsumerUnhealthy, "the kubelet turned unhealthy"); err != nil || !rolled {
 		t.Fatalf("RollBack = %v, %v", rolled, err)
 	}
 }

@@ -27,7 +27,7 @@ func TestAKillInsideARollbackNeverBringsTheFailedVersionBack(t *testing.T) {
 				panic(r)
 			}
 		}()
-		_, _ = (ConsumerNode{f.node}).RollBack(src("2"), "the kubelet turned unhealthy")
+		_, _ = (ConsumerNode{f.node}).RollBack(src("2"), records.ReasonConsumerUnhealthy, "the kubelet turned unhealthy")
 		t.Fatal("the hook did not run")
 	}()
 	// The agent starts again over the same store and file.
