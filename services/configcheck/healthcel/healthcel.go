@@ -6,6 +6,7 @@ package healthcel
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/ext"
@@ -14,6 +15,12 @@ import (
 
 // costLimit bounds one evaluation, so no expression ties up the agent.
 const costLimit = 1_000_000
+
+// nodeEnv is the environment every gate compiles in, built once: it is
+// the costly part of a compile, and the same for all.
+var nodeEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(cel.Variable("node", cel.DynType), ext.Strings(), ext.Lists(), ext.Sets())
+})
 
 // Program is a compiled gate.
 type Program struct {
@@ -24,7 +31,7 @@ type Program struct {
 // Compile checks expr and readies it; the error says why it cannot be
 // a gate (it does not parse, or is not a bool).
 func Compile(expr string) (*Program, error) {
-	env, err := cel.NewEnv(cel.Variable("node", cel.DynType), ext.Strings(), ext.Lists(), ext.Sets())
+	env, err := nodeEnv()
 	if err != nil {
 		return nil, err
 	}

@@ -66,17 +66,33 @@ func (g *Gate) celHolds(expr string, node *corev1.Node) (bool, error) {
 	return prg.Holds(node)
 }
 
+// prometheusAPI is the client of the server at url, made once per URL:
+// the gate asks it at every look, and a client keeps its connections.
+func (g *Gate) prometheusAPI(url string) (promv1.API, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.prom != nil && g.promURL == url {
+		return g.prom, nil
+	}
+	client, err := promapi.NewClient(promapi.Config{Address: url})
+	if err != nil {
+		return nil, err
+	}
+	g.prom, g.promURL = promv1.NewAPI(client), url
+	return g.prom, nil
+}
+
 // prometheus runs the gate's query, $node being this node's name: a series
 // fails it, a server out of reach or an error holds.
 func (g *Gate) prometheus(p *nodeconfigv1.PrometheusGate) (failed, held []string) {
 	query := strings.ReplaceAll(p.GetQuery(), "$node", g.o.Node)
-	client, err := promapi.NewClient(promapi.Config{Address: p.GetUrl()})
+	api, err := g.prometheusAPI(p.GetUrl())
 	if err != nil {
 		return nil, []string{fmt.Sprintf("spec.health.prometheus.url %q: %v", p.GetUrl(), err)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
-	value, _, _, err := promv1.NewAPI(client).Query(ctx, query, g.o.Now())
+	value, _, _, err := api.Query(ctx, query, g.o.Now())
 	if err != nil {
 		return nil, []string{fmt.Sprintf("the Prometheus query %s cannot be run at %s: %v", query, p.GetUrl(), err)}
 	}

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +61,9 @@ type Gate struct {
 	watchErrAt time.Time
 	// cel is the last CEL gate compiled.
 	cel *healthcel.Program
+	// prom is the client of the last Prometheus gate, at promURL.
+	prom    promv1.API
+	promURL string
 	// backReady are the pods of the trial that restarted at restartedAt
 	// seen Ready again: a pod that later turns unready of itself (its
 	// database down) is no longer the config's doing.
