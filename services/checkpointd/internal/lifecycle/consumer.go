@@ -1,17 +1,14 @@
 package lifecycle
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"io/fs"
-	"os"
 	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/api/equality"
 
 	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -158,26 +155,16 @@ func (n *Node) sameForTheKubelet(recs *nodeconfigv1.Records, content []byte) boo
 		!records.SameSource(c.GetSource(), recs.GetActive().GetSource()) {
 		return false
 	}
-	onDisk, err := os.ReadFile(n.target.Path())
-	if errors.Is(err, fs.ErrNotExist) {
-		onDisk, err = nil, nil
-	}
+	onDisk, err := n.target.Read()
 	if err != nil {
 		return false
 	}
-	render := func(file []byte) []byte {
-		eff, err := n.kubelet.Effective(context.Background(), file)
-		if err != nil {
-			return nil
-		}
-		b, err := eff.YAML()
-		if err != nil {
-			return nil
-		}
-		return b
+	now, err := n.kubelet.Effective(context.Background(), onDisk)
+	if err != nil {
+		return false
 	}
-	now, then := render(onDisk), render(content)
-	return now != nil && bytes.Equal(now, then)
+	then, err := n.kubelet.Effective(context.Background(), content)
+	return err == nil && equality.Semantic.DeepEqual(now.Config, then.Config)
 }
 
 func (n *Node) wakeConsumer() {

@@ -2,10 +2,7 @@ package lifecycle
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 )
@@ -27,12 +24,9 @@ type Preview struct {
 // Preview shows what the consumer would run with payload, judged by v. It
 // writes nothing and takes no lock: it reads files the node keeps.
 func (n *Node) Preview(ctx context.Context, payload []byte, v nodeconfigv1.Validator) (Preview, error) {
-	onDisk, err := os.ReadFile(n.target.Path())
-	if errors.Is(err, fs.ErrNotExist) {
-		onDisk, err = nil, nil
-	}
+	onDisk, err := n.target.Read()
 	if err != nil {
-		return Preview{}, fmt.Errorf("read %s: %w", n.target.Path(), err)
+		return Preview{}, err
 	}
 	var p Preview
 	if v != nodeconfigv1.Validator_VALIDATOR_KUBELET || n.kubelet == nil {

@@ -44,15 +44,27 @@ func (t Target) Remove() error {
 	return atomicfile.Remove(t.Path())
 }
 
+// Read returns what the file holds, nil when it does not exist.
+func (t Target) Read() ([]byte, error) {
+	got, err := os.ReadFile(t.Path())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", t.Path(), err)
+	}
+	return got, nil
+}
+
 // Matches reports whether the file holds exactly data (want nil: the file
 // must not exist).
 func (t Target) Matches(want []byte) (bool, error) {
-	got, err := os.ReadFile(t.Path())
-	if errors.Is(err, fs.ErrNotExist) {
-		return want == nil, nil
-	}
+	got, err := t.Read()
 	if err != nil {
-		return false, fmt.Errorf("read %s: %w", t.Path(), err)
+		return false, err
+	}
+	if got == nil {
+		return want == nil, nil
 	}
 	return want != nil && bytes.Equal(got, want), nil
 }
