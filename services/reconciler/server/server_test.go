@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 
@@ -132,11 +133,10 @@ func TestRunServesTheControllerUntilTheContextEnds(t *testing.T) {
 	// The gauges are reported periodically: the first report may trail
 	// the sync.
 	n, err := 0, error(nil)
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if n, err = testutil.GatherAndCount(reg, "nodeconfig_reconciler_queue_depth"); err == nil && n == 1 {
-			break
-		}
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		n, err = testutil.GatherAndCount(reg, "nodeconfig_reconciler_queue_depth")
+		return err == nil && n == 1, nil
+	})
 	if err != nil || n != 1 {
 		t.Errorf("the controller's metrics are not on the registry Register was given (%d series, %v)", n, err)
 	}
