@@ -56,6 +56,7 @@ func TestChartRendersWhatKustomizeRenders(t *testing.T) {
 		{name: "default values"},
 		{name: "cert-manager", values: map[string]any{"certManager": map[string]any{"enabled": true}}, overlay: chart.Overlay{Components: []string{"cert-manager"}, Extra: "namespace: nodeconfig-system\n"}},
 		{name: "prometheus", values: map[string]any{"prometheus": map[string]any{"enabled": true}}, overlay: chart.Overlay{Components: []string{"prometheus"}, Extra: "namespace: nodeconfig-system\n"}},
+		{name: "reconciler on workers", values: map[string]any{"reconcilerOnWorkers": map[string]any{"enabled": true}}, overlay: chart.Overlay{Components: []string{"reconciler-on-workers"}}},
 		{name: "another namespace", rename: "ops-nodeconfig",
 			values:  map[string]any{"namespace": "ops-nodeconfig", "certManager": map[string]any{"enabled": true}, "prometheus": map[string]any{"enabled": true}},
 			overlay: chart.Overlay{Components: []string{"cert-manager", "prometheus"}, Extra: "namespace: ops-nodeconfig\n"}},

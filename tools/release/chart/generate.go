@@ -18,11 +18,12 @@ import (
 const Name = "nodeconfig"
 
 // Components are the components of deploy/components that the chart
-// renders behind a value each (<value>.enabled): ones that only add
-// objects.
+// renders behind a value each (<value>.enabled): ones that add objects, or
+// that remove fields of deploy/'s objects.
 var Components = []struct{ Dir, Value string }{
 	{"cert-manager", "certManager"},
 	{"prometheus", "prometheus"},
+	{"reconciler-on-workers", "reconcilerOnWorkers"},
 }
 
 // kubeletFlags are the agent's flags that name the kubelet's process, each
@@ -82,14 +83,18 @@ func Generate(deploy string) (map[string][]byte, error) {
 		return nil, err
 	}
 	seen := map[string]string{}
+	baseObj := map[string]*yaml.Node{}
 	for _, o := range objs {
 		b, err := encode(o.Node)
 		if err != nil {
 			return nil, err
 		}
 		seen[o.Key()] = string(b)
+		baseObj[o.Key()] = o.Node
 	}
-	// Each component's objects: what it adds to deploy/'s.
+	// Each component's objects: what it adds to deploy/'s, and the fields of
+	// deploy/'s it removes (marked in deploy/'s objects, to be rendered only
+	// while its value is false).
 	condition := map[*yaml.Node]string{}
 	for _, c := range Components {
 		// In an overlay that names the install's namespace, as a component's
@@ -105,7 +110,13 @@ func Generate(deploy string) (map[string][]byte, error) {
 			}
 			if was, ok := seen[o.Key()]; ok {
 				if was != string(b) {
-					return nil, fmt.Errorf("component %s changes %s: the generator handles only components that add objects", c.Dir, o.Key())
+					var removed []*yaml.Node
+					if err := removedKeys(baseObj[o.Key()], o.Node, &removed); err != nil {
+						return nil, fmt.Errorf("component %s changes %s: %w (the generator handles components that add objects or remove fields)", c.Dir, o.Key(), err)
+					}
+					for _, k := range removed {
+						k.Value = s.unless("." + c.Value + ".enabled") + k.Value
+					}
 				}
 				continue
 			}
@@ -178,11 +189,47 @@ type substitutions struct {
 	flags                    map[string]string     // kubelet value -> its default
 	exprs                    []string
 	blocks                   []string
+	conds                    []string
 }
 
 func (s *substitutions) token(expr string) string {
 	s.exprs = append(s.exprs, expr)
 	return fmt.Sprintf("__ncgen%d__", len(s.exprs)-1)
+}
+
+// unless marks a key to be rendered only while the value cond is false.
+func (s *substitutions) unless(cond string) string {
+	s.conds = append(s.conds, cond)
+	return fmt.Sprintf("__ncunless%d__", len(s.conds)-1)
+}
+
+// removedKeys collects the keys of base that with lacks; anything else
+// that differs is an error.
+func removedKeys(base, with *yaml.Node, removed *[]*yaml.Node) error {
+	if base.Kind != yaml.MappingNode || with.Kind != yaml.MappingNode {
+		a, _ := encode(base)
+		b, _ := encode(with)
+		if !bytes.Equal(a, b) {
+			return fmt.Errorf("a value changes (%q to %q)", strings.TrimSpace(string(a)), strings.TrimSpace(string(b)))
+		}
+		return nil
+	}
+	for i := 0; i+1 < len(with.Content); i += 2 {
+		if child(base, with.Content[i].Value) == nil {
+			return fmt.Errorf("a field %s is added", with.Content[i].Value)
+		}
+	}
+	for i := 0; i+1 < len(base.Content); i += 2 {
+		w := child(with, base.Content[i].Value)
+		if w == nil {
+			*removed = append(*removed, base.Content[i])
+			continue
+		}
+		if err := removedKeys(base.Content[i+1], w, removed); err != nil {
+			return fmt.Errorf("%s: %w", base.Content[i].Value, err)
+		}
+	}
+	return nil
 }
 
 func (s *substitutions) block(expr string) string {
@@ -310,6 +357,7 @@ func (s *substitutions) resolve(text []byte) []byte {
 	text = regexp.MustCompile(`\{\{|\}\}`).ReplaceAllFunc(text, func(b []byte) []byte {
 		return []byte(`{{ "` + string(b) + `" }}`)
 	})
+	text = s.resolveUnless(text)
 	blockLine := regexp.MustCompile(`(?m)^(\s*(?:- )?)([^\s:]+): __ncblock(\d+)__$`)
 	text = blockLine.ReplaceAllFunc(text, func(line []byte) []byte {
 		m := blockLine.FindSubmatch(line)
@@ -321,6 +369,30 @@ func (s *substitutions) resolve(text []byte) []byte {
 		i, _ := strconv.Atoi(string(tok[len("__ncgen") : len(tok)-2]))
 		return []byte("{{ " + s.exprs[i] + " }}")
 	})
+}
+
+// resolveUnless wraps each marked key, with its value (the lines indented
+// deeper than it), in an if on its condition's being false.
+func (s *substitutions) resolveUnless(text []byte) []byte {
+	marked := regexp.MustCompile(`^(\s*)__ncunless(\d+)__(.*)$`)
+	lines := strings.Split(string(text), "\n")
+	var out []string
+	for i := 0; i < len(lines); i++ {
+		m := marked.FindStringSubmatch(lines[i])
+		if m == nil {
+			out = append(out, lines[i])
+			continue
+		}
+		n, _ := strconv.Atoi(m[2])
+		indent := m[1]
+		out = append(out, indent+"{{- if not .Values"+s.conds[n]+" }}", indent+m[3])
+		for i+1 < len(lines) && lines[i+1] != "" && len(lines[i+1])-len(strings.TrimLeft(lines[i+1], " ")) > len(indent) {
+			i++
+			out = append(out, lines[i])
+		}
+		out = append(out, indent+"{{- end }}")
+	}
+	return []byte(strings.Join(out, "\n"))
 }
 
 // walkValues calls f on every scalar of n that is a value, not a key.
