@@ -115,7 +115,7 @@ func Generate(deploy string) (map[string][]byte, error) {
 						return nil, fmt.Errorf("component %s changes %s: %w (the generator handles components that add objects or remove fields)", c.Dir, o.Key(), err)
 					}
 					for _, k := range removed {
-						k.Value = s.unless("." + c.Value + ".enabled") + k.Value
+						k.Value = s.unless("."+c.Value+".enabled") + k.Value
 					}
 				}
 				continue
