@@ -5,6 +5,11 @@
 // services.
 module nodeconfig.io/tools/release
 
+// kustomize's api and kyaml are kubectl's (v1.36.3 bundles v0.21.1, as
+// hack/testbin/go.mod shows): which kinds it takes for cluster-scoped
+// changes between versions, and the chart must render what
+// 'kubectl apply -k deploy/' applies (TestGeneratorRendersAsKubectl).
+
 go 1.26.7
 
 require (
@@ -12,8 +17,8 @@ require (
 	github.com/google/go-containerregistry v0.22.1
 	go.yaml.in/yaml/v3 v3.0.6
 	helm.sh/helm/v3 v3.22.0
-	sigs.k8s.io/kustomize/api v0.21.2
-	sigs.k8s.io/kustomize/kyaml v0.21.2
+	sigs.k8s.io/kustomize/api v0.21.1
+	sigs.k8s.io/kustomize/kyaml v0.21.1
 	sigs.k8s.io/yaml v1.6.0
 )
 

@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -34,6 +35,19 @@ func TestChartIsGeneratedFromDeploy(t *testing.T) {
 	if len(stale) > 0 {
 		t.Fatalf("%s is stale: run 'make chart' and commit the result\n  %s", chartDir, strings.Join(stale, "\n  "))
 	}
+}
+
+// The generator's kustomize renders deploy/ as kubectl's does (the one
+// make nodebin builds): a kustomize of another version may take other kinds
+// for cluster-scoped, and the chart would not install what
+// 'kubectl apply -k deploy/' does.
+func TestGeneratorRendersAsKubectl(t *testing.T) {
+	kubectl := filepath.Join("..", "..", "..", "bin", "kubectl")
+	out, err := exec.Command(kubectl, "kustomize", deploy).Output()
+	if err != nil {
+		t.Fatalf("%s kustomize (make nodebin builds it): %v", kubectl, err)
+	}
+	compare(t, kustomize(t, chart.Overlay{}), objects(t, out))
 }
 
 // The chart, rendered by Helm's library, installs the objects kustomize
