@@ -139,7 +139,7 @@ func writeInstall(o Options, images []Image) error {
 	if err != nil {
 		return fmt.Errorf("kubectl kustomize: %v: %s", err, stderr.String())
 	}
-	header := fmt.Sprintf("# nodeconfig %s: kubectl apply --server-side -f install.yaml (docs/install.md)\n", o.Version)
+	header := fmt.Sprintf("# nodeconfig %s: kubectl apply -f install.yaml (docs/release.md)\n", o.Version)
 	return os.WriteFile(filepath.Join(o.Dir, InstallFile), append([]byte(header), out...), 0o644)
 }
 
