@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	"sigs.k8s.io/yaml"
 
 	"nodeconfig.io/tools/release/chart"
@@ -241,5 +243,21 @@ func compare(t *testing.T, got, want map[string]map[string]any) {
 	}
 	if len(want) < 30 {
 		t.Errorf("only %d objects compared", len(want))
+	}
+}
+
+// helm lint (Helm's library) finds nothing wrong with the chart, with its
+// default values and with every component on.
+func TestChartPassesHelmLint(t *testing.T) {
+	for _, values := range []map[string]any{nil, {
+		"certManager": map[string]any{"enabled": true}, "prometheus": map[string]any{"enabled": true},
+		"reconcilerOnWorkers": map[string]any{"enabled": true},
+	}} {
+		l := lint.All(chartDir, values, "nodeconfig-system", false)
+		for _, m := range l.Messages {
+			if m.Severity >= support.WarningSev {
+				t.Errorf("helm lint (values %v): %s", values, m)
+			}
+		}
 	}
 }
