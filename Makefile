@@ -51,7 +51,7 @@ VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION)
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
-.PHONY: help tools testbin nodebin node-packages promtool generate build lint test bench fleet-bench store-bench bench-table fleet run cluster clean fuzz images build-race
+.PHONY: help tools testbin nodebin node-packages promtool generate build lint test test-unit bench fleet-bench store-bench bench-table fleet run cluster clean fuzz images build-race
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -152,6 +152,13 @@ test: lint build build-race testbin nodebin node-packages promtool images ## lin
 	KUBE_CACHE_MUTATION_DETECTOR=true NODECONFIG_BIN=$(BIN)/race go test $(TEST_FLAGS) -run '$(RACE_E2E)' nodeconfig.io/test/e2e
 	@# The real node (root, containerd, a kubelet) runs alone: it is the heaviest package.
 	go test $(TEST_FLAGS) nodeconfig.io/test/realnode/...
+
+# What needs neither root nor a cluster, in a few minutes: the services' unit
+# tests, the table of figures and its gates, the test framework's own.
+UNIT_PACKAGES := nodeconfig.io/proto/... nodeconfig.io/services/... nodeconfig.io/test/bench/... nodeconfig.io/test/framework/...
+
+test-unit: ## the tests that need neither root nor a cluster (unit tests of every service, the figures' gates), in a few minutes
+	go test $(TEST_FLAGS) $(UNIT_PACKAGES)
 
 # The raw output of the last make bench (and of make fleet-bench after it),
 # committed: the table of docs/performance.md is rendered from it, and make
