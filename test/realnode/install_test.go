@@ -162,6 +162,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	healthGatesRollBack(ctx, t, work)
 	prometheusGate(ctx, t, work)
 	restartOnlyWhenNeeded(ctx, t, work)
+	readmeStatusAndIncident(ctx, t, work)
 	// The power cut restarted every container once: counted from here.
 	restartsAfterBoot := containerRestarts(ctx, t)
 
