@@ -45,9 +45,9 @@ FLEET_SELECT ?= 0
 
 IMAGE_REPO ?= ghcr.io/nodeconfig
 IMAGE_TAG  ?= v0.1.0
-# What each service's nodeconfig_build_info says it is.
+# What each service's nodeconfig_build_info and the plugin's version say it is.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
-VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION)
+VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION) -X nodeconfig.io/services/kubectl-nodeconfig/internal/version.Version=$(VERSION)
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
