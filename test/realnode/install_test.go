@@ -49,9 +49,12 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 		t.Fatalf("README install: %v\n%s", err, diagnose(ctx))
 	}
 
-	// Both replicas Ready, one leader among them; the agent Ready.
+	// Both replicas Ready, one leader among them; the agent and statusd
+	// Ready, statusd without root nor the host's PIDs.
 	pods := waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
 	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
+	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-status", 1)
+	checkAgentsPrivileges(t)
 	lease, err := client.CoordinationV1().Leases(namespace).Get(ctx, "nodeconfig-reconciler", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
 		t.Fatalf("no leader: %v %+v", err, lease)
@@ -59,7 +62,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	if leader := *lease.Spec.HolderIdentity; leader != pods[0].Name && leader != pods[1].Name {
 		t.Fatalf("leader %q is neither replica (%s, %s)", leader, pods[0].Name, pods[1].Name)
 	}
-	attackWithTheAgentsToken(ctx, t)
+	attackWithTheAgentsTokens(ctx, t)
 
 	// The agent writes the drop-in where the real kubelet reads it.
 	cm, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{})
@@ -557,6 +560,7 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 	}
 	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
 	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
+	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-status", 1)
 }
 
 // agentProcess is the pid of a running checkpointd of the install, 0 for
