@@ -30,6 +30,7 @@ require (
 	nodeconfig.io/proto v0.0.0
 	nodeconfig.io/services/api v0.0.0
 	nodeconfig.io/services/checkpointd v0.0.0-00010101000000-000000000000
+	nodeconfig.io/services/configcheck v0.0.0
 	nodeconfig.io/services/servekit v0.0.0
 	nodeconfig.io/services/statusd v0.0.0-00010101000000-000000000000
 	sigs.k8s.io/yaml v1.6.0
@@ -91,7 +92,6 @@ require (
 	k8s.io/kms v0.36.3 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/streaming v0.36.3 // indirect
-	nodeconfig.io/services/configcheck v0.0.0 // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.34.0 // indirect
 )
 
@@ -133,7 +133,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.45.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/net v0.60.0
 	golang.org/x/term v0.46.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
