@@ -350,7 +350,7 @@ func noteGenerations(info *NodeInfo, selectedBy []*v1alpha1.NodeConfig) (changed
 }
 
 // noteResultLocked stores the sync's state, records, NodeConfig and error
-// (with the retry delay the rate limiter takes for it).
+// (with the retry it brings, failedLocked).
 func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, res policy.Result) {
 	info.State = res.State
 	if res.Records != nil {
@@ -363,20 +363,18 @@ func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, r
 	}
 	if res.Err != nil {
 		info.Err = res.Err.Error()
-		info.Backoff = c.nodeRetry.When(info.Name)
-		info.Failures = c.nodeRetry.NumRequeues(info.Name)
-		info.NextReconcile = c.o.Now().Add(info.Backoff)
+		c.failedLocked(info, c.o.Now())
 	} else {
-		info.Err, info.Failures, info.Backoff = "", 0, 0
+		info.Err, info.Failures, info.Backoff, info.retryDue = "", 0, 0, time.Time{}
 	}
 }
 
 // scheduleLocked says when to sync the node again, and notes it: after an
-// early error, the backoff noteResultLocked took; otherwise when the
+// early error, the retry noteResultLocked scheduled; otherwise when the
 // policy asks, or the NodeConfig's periodic reconcile.
 func (c *Controller) scheduleLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, res policy.Result) time.Duration {
 	if res.Err != nil {
-		return info.Backoff
+		return info.NextReconcile.Sub(c.o.Now())
 	}
 	var next time.Duration
 	switch {
