@@ -26,7 +26,7 @@ func (c *Controller) wakeWaiting(ncName string) {
 	if nc != nil {
 		selected = len(c.selectedNodes(nc))
 	}
-	for _, name := range c.book.Waking(ncName, nc, selected) {
+	for _, name := range c.book.Waking(ncName, nc, selected, nil) {
 		c.nodeQ.Add(name)
 	}
 }
