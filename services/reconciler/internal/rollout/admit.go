@@ -40,7 +40,7 @@ func (b *Book) Admit(nc *v1alpha1.NodeConfig, node string, v Version, ask Ask) p
 	if b.freePlacesLocked(nc, ask.Selected, node) <= 0 {
 		return policy.Wait
 	}
-	if ask.Waves != nil && b.waitsForAnotherWaveLocked(nc.Name, node, ask.Waves, true) {
+	if ask.Waves != nil && b.waitsForAnotherWaveLocked(nc.Name, node, ask.Waves) {
 		return policy.Wait
 	}
 	s := b.seatLocked(node)

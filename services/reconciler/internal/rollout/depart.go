@@ -33,7 +33,7 @@ func (b *Book) Depart(nc *v1alpha1.NodeConfig, node string, ask Ask) policy.Admi
 	if b.freePlacesLocked(nc, ask.Selected, node) <= 0 {
 		return policy.Wait
 	}
-	if ask.Waves != nil && b.waitsForAnotherWaveLocked(nc.Name, node, ask.Waves, false) {
+	if ask.Waves != nil && b.waitsForAnotherWaveLocked(nc.Name, node, ask.Waves) {
 		return policy.Wait
 	}
 	// A departure's place is counted by departuresInTrialLocked, not as a

@@ -16,8 +16,9 @@ import (
 //     NodeConfig's trial (trials and resets alike) is of its own wave: one
 //     wave at a time;
 //   - and only once no node of an earlier wave still has its turn to take:
-//     a selected node not done with the version, or a departing node not
-//     reset yet.
+//     a selected node not done with the version (with no version, the
+//     local default: a NodeConfig that lets its nodes go), or a departing
+//     node not reset yet.
 //
 // A selected node is done with the version once it promoted it (or runs
 // it under another name), rolled back from it (it never takes it again),
@@ -34,14 +35,16 @@ type Waves struct {
 	// Values maps nodes to their value of the topologyKey; a node without
 	// the label is absent (pacing.Unlabelled).
 	Values map[string]string
-	// Selected names the nodes the NodeConfig selects.
+	// Selected names the nodes whose turns are waited for beside the
+	// departing ones: those the NodeConfig selects, towards Want.
 	Selected []string
 	// Want is what a selected node is done with once it runs it or
-	// refused it; without a Source only departures are waited for.
+	// refused it.
 	Want Want
 }
 
-// Want is the version a NodeConfig's nodes are to run.
+// Want is the version a NodeConfig's nodes are to run; with no Source,
+// their local default.
 type Want struct {
 	Source    *nodeconfigv1.ConfigSource
 	Validator nodeconfigv1.Validator
@@ -51,16 +54,15 @@ type Want struct {
 
 // waitsForAnotherWaveLocked says whether node must wait for another wave
 // of ncName: one on trial, or an earlier one with a node still to take
-// its turn (selected nodes are counted for a trial, not for a departure,
-// which has no version to judge them by).
-func (b *Book) waitsForAnotherWaveLocked(ncName, node string, w *Waves, trial bool) bool {
+// its turn.
+func (b *Book) waitsForAnotherWaveLocked(ncName, node string, w *Waves) bool {
 	own := w.Values[node]
 	for other := range b.inTrialLocked(ncName) {
 		if other != node && w.Values[other] != own {
 			return true
 		}
 	}
-	for other := range b.turnsLeftLocked(ncName, w, trial) {
+	for other := range b.turnsLeftLocked(ncName, w) {
 		if other != node && pacing.WaveBefore(w.Values[other], own) {
 			return true
 		}
@@ -88,17 +90,13 @@ func (b *Book) inTrialLocked(ncName string) iter.Seq[string] {
 }
 
 // turnsLeftLocked yields the nodes of ncName still to take their turn:
-// departing nodes not reset yet, and (selected true) selected nodes not
-// done with w.Want.
-func (b *Book) turnsLeftLocked(ncName string, w *Waves, selected bool) iter.Seq[string] {
+// departing nodes not reset yet, and w.Selected not done with w.Want.
+func (b *Book) turnsLeftLocked(ncName string, w *Waves) iter.Seq[string] {
 	return func(yield func(string) bool) {
 		for n := range b.departing[ncName] {
 			if !b.departureInTrialLocked(n) && !yield(n) {
 				return
 			}
-		}
-		if !selected || w.Want.Source == nil {
-			return
 		}
 		for _, n := range w.Selected {
 			if !b.doneLocked(n, w.Want) && !yield(n) {
@@ -131,6 +129,9 @@ func (b *Book) doneLocked(node string, want Want) bool {
 		}
 	}
 	recs := s.Records
+	if want.Source == nil {
+		return recs.GetAssigned() == nil && recs.GetActive() == nil
+	}
 	return records.SameSource(recs.GetLastKnownGood().GetSource(), want.Source) || policy.RunsOneOf(recs, want.Runs...) ||
 		records.FailedLate(recs, want.Source, want.Validator) != nil
 }
@@ -151,7 +152,7 @@ func (b *Book) CurrentWave(ncName string, w *Waves) (value string, ok bool) {
 	if first(b.inTrialLocked(ncName)); ok {
 		return value, ok
 	}
-	first(b.turnsLeftLocked(ncName, w, true))
+	first(b.turnsLeftLocked(ncName, w))
 	return value, ok
 }
 

@@ -209,3 +209,26 @@ func TestCurrentWave(t *testing.T) {
 		t.Fatalf("every wave done: wave %q, want none", got)
 	}
 }
+
+// A NodeConfig that lets its nodes go (deleted, or without a source)
+// waits for its selected nodes not reset yet too: a node of a later wave
+// does not reset before them, whichever asks first.
+func TestANodeConfigLettingItsNodesGoResetsThemWaveByWave(t *testing.T) {
+	b := zoneBook()
+	nc := nodeConfig("nc", 3)
+	lets := Ask{Seen: true, Selected: len(zoneNodes), Waves: &Waves{Values: zones, Selected: zoneNodes}}
+	for _, step := range []struct {
+		node string
+		want policy.Admission
+	}{{"b1", policy.Wait}, {"a1", policy.Admitted}, {"a2", policy.Admitted}, {"b1", policy.Wait}} {
+		if got := b.Depart(nc, step.node, lets); got != step.want {
+			t.Fatalf("%s leaves: %v, want %v", step.node, got, step.want)
+		}
+	}
+	for _, n := range []string{"a1", "a2"} {
+		b.Synced(n, Sync{Facts: Facts{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT, Records: &nodeconfigv1.Records{}}})
+	}
+	if got := b.Depart(nc, "b1", lets); got != policy.Admitted {
+		t.Fatalf("b1 leaves once zone a reset: %v, want Admitted", got)
+	}
+}
