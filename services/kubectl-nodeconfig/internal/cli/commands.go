@@ -32,7 +32,7 @@ func statusCommand(o *options) *cobra.Command {
 		Short: "Per NodeConfig its conditions and counts, and one line per node it selects",
 		Long: `status prints, for each NodeConfig (or the one named), its Ready, Progressing
 and Degraded conditions (STATUS/REASON), whether it is paused and its node
-counts; then one line per node it selects: the NodeConfigReady condition's
+counts, its waves by spec.rollout.topologyKey if any; then one line per node it selects: the NodeConfigReady condition's
 reason (PHASE) and status (READY), the reconciler's lifecycle state, the
 versions the node reports in its nodeconfig.io/config-status annotation
 (the ConfigMap's resourceVersion; "local" for the local default; "?" before
@@ -45,6 +45,9 @@ the node reports), when its soak ends, and its error.
     source:      {namespace, name, key}, null for the local default
     ready, progressing, degraded: ` + jsonCondition + ` or null
     nextWindow:  RFC 3339, absent unless nodes wait for a window
+    waves:       {topologyKey, order: [values; "" is the nodes without the
+                 label], count, current (from 1; 0: none under way)},
+                 absent without spec.rollout.topologyKey
     counts:      {selected, active, soaking, waiting, rolledBack, failing}
     nodes: [{
       name, phase (the condition's reason), ready (its status), message,

@@ -46,8 +46,10 @@ type NodeConfig struct {
 	Progressing *report.Condition         `json:"progressing"`
 	Degraded    *report.Condition         `json:"degraded"`
 	NextWindow  *time.Time                `json:"nextWindow,omitempty"`
-	Counts      Counts                    `json:"counts"`
-	Nodes       []NodeRow                 `json:"nodes"`
+	// Waves is the status's waves, with spec.rollout.topologyKey.
+	Waves  *v1alpha1.RolloutWaves `json:"waves,omitempty"`
+	Counts Counts                 `json:"counts"`
+	Nodes  []NodeRow              `json:"nodes"`
 }
 
 // Counts are the NodeConfig's status counts.
@@ -106,6 +108,7 @@ func Build(in Input) Report {
 			t := nc.Status.NextWindow.Time
 			out.NextWindow = &t
 		}
+		out.Waves = nc.Status.Waves
 		for j := range nodes {
 			if nodeconfigs.Selects(nc, nodes[j].Labels) {
 				out.Nodes = append(out.Nodes, node(&nodes[j], in.States))
@@ -160,6 +163,9 @@ func Text(w io.Writer, r Report, now time.Time) error {
 		if nc.NextWindow != nil {
 			ew.printf("  next maintenance window: %s\n", report.When(*nc.NextWindow, now))
 		}
+		if nc.Waves != nil {
+			ew.printf("  %s\n", wavesText(nc.Waves))
+		}
 		if len(nc.Nodes) == 0 {
 			ew.printf("  (selects no node)\n")
 			continue
@@ -181,6 +187,33 @@ func Text(w io.Writer, r Report, now time.Time) error {
 		}
 	}
 	return ew.err
+}
+
+// wavesText is the waves' order and the one under way, on one line.
+func wavesText(w *v1alpha1.RolloutWaves) string {
+	names := make([]string, 0, len(w.Order)+1)
+	for _, v := range w.Order {
+		names = append(names, waveName(v))
+	}
+	if int(w.Count) > len(w.Order) {
+		names = append(names, fmt.Sprintf("... (%d in all)", w.Count))
+	}
+	now := "every wave done"
+	if i := int(w.Current); i > 0 {
+		now = fmt.Sprintf("under way: %d of %d", i, w.Count)
+		if i <= len(w.Order) {
+			now += " (" + waveName(w.Order[i-1]) + ")"
+		}
+	}
+	return fmt.Sprintf("waves by %s: %s; %s", w.TopologyKey, strings.Join(names, ", "), now)
+}
+
+// waveName is a wave's value; "" is the nodes without the label.
+func waveName(v string) string {
+	if v == "" {
+		return "(no label)"
+	}
+	return v
 }
 
 func sourceText(s *v1alpha1.ConfigMapSource) string {
