@@ -62,8 +62,9 @@ func (b *Book) waitsForAnotherWaveLocked(ncName, node string, w *Waves) bool {
 			return true
 		}
 	}
-	for other := range b.turnsLeftLocked(ncName, w) {
-		if other != node && pacing.WaveBefore(w.Values[other], own) {
+	earlier := func(v string) bool { return pacing.WaveBefore(v, own) }
+	for other := range b.turnsLeftLocked(ncName, w, earlier) {
+		if other != node {
 			return true
 		}
 	}
@@ -89,17 +90,19 @@ func (b *Book) inTrialLocked(ncName string) iter.Seq[string] {
 	}
 }
 
-// turnsLeftLocked yields the nodes of ncName still to take their turn:
-// departing nodes not reset yet, and w.Selected not done with w.Want.
-func (b *Book) turnsLeftLocked(ncName string, w *Waves) iter.Seq[string] {
+// turnsLeftLocked yields the nodes of ncName in the waves of values
+// that in accepts still to take their turn: departing nodes not reset
+// yet, and w.Selected not done with w.Want. The wave is asked first: it
+// is the cheaper question.
+func (b *Book) turnsLeftLocked(ncName string, w *Waves, in func(value string) bool) iter.Seq[string] {
 	return func(yield func(string) bool) {
 		for n := range b.departing[ncName] {
-			if !b.departureInTrialLocked(n) && !yield(n) {
+			if in(w.Values[n]) && !b.departureInTrialLocked(n) && !yield(n) {
 				return
 			}
 		}
 		for _, n := range w.Selected {
-			if !b.doneLocked(n, w.Want) && !yield(n) {
+			if in(w.Values[n]) && !b.doneLocked(n, w.Want) && !yield(n) {
 				return
 			}
 		}
@@ -132,8 +135,16 @@ func (b *Book) doneLocked(node string, want Want) bool {
 	if want.Source == nil {
 		return recs.GetAssigned() == nil && recs.GetActive() == nil
 	}
-	return records.SameSource(recs.GetLastKnownGood().GetSource(), want.Source) || policy.RunsOneOf(recs, want.Runs...) ||
+	return sameSource(recs.GetLastKnownGood().GetSource(), want.Source) || policy.RunsOneOf(recs, want.Runs...) ||
 		records.FailedLate(recs, want.Source, want.Validator) != nil
+}
+
+// sameSource is records.SameSource field by field: a wave's admission
+// asks it of every selected node, and proto.Equal's reflection would
+// cost most of the time.
+func sameSource(a, b *nodeconfigv1.ConfigSource) bool {
+	return a.GetUid() == b.GetUid() && a.GetResourceVersion() == b.GetResourceVersion() && a.GetKey() == b.GetKey() &&
+		a.GetName() == b.GetName() && a.GetNamespace() == b.GetNamespace() && (a == nil) == (b == nil)
 }
 
 // CurrentWave is the value of ncName's wave under way: the one on trial
@@ -152,7 +163,7 @@ func (b *Book) CurrentWave(ncName string, w *Waves) (value string, ok bool) {
 	if first(b.inTrialLocked(ncName)); ok {
 		return value, ok
 	}
-	first(b.turnsLeftLocked(ncName, w))
+	first(b.turnsLeftLocked(ncName, w, func(string) bool { return true }))
 	return value, ok
 }
 

@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -230,5 +231,33 @@ func TestANodeConfigLettingItsNodesGoResetsThemWaveByWave(t *testing.T) {
 	}
 	if got := b.Depart(nc, "b1", lets); got != policy.Admitted {
 		t.Fatalf("b1 leaves once zone a reset: %v, want Admitted", got)
+	}
+}
+
+// An admission with waves reads every selected node's last state: the
+// worst case is a node of the last wave, every earlier one done.
+func BenchmarkAdmitLastWaveOf5000Nodes(b *testing.B) {
+	const n, zoneCount = 5000, 3
+	book := newBook()
+	values := map[string]string{}
+	var selected []string
+	for i := range n {
+		name := fmt.Sprintf("node-%d", i)
+		values[name] = fmt.Sprintf("zone-%d", i%zoneCount)
+		selected = append(selected, name)
+		recs := runs(srcV1)
+		if i%zoneCount == zoneCount-1 {
+			recs = runs(srcV0)
+		}
+		book.Synced(name, Sync{Facts: Facts{State: active, NodeConfig: "nc", Records: recs}})
+	}
+	nc := nodeConfig("nc", 10)
+	ask := Ask{Seen: true, Selected: n, Waves: &Waves{Values: values, Selected: selected, Want: wantV1}}
+	asking := fmt.Sprintf("node-%d", zoneCount-1)
+	for b.Loop() {
+		if got := book.Admit(nc, asking, v1, ask); got != policy.Admitted {
+			b.Fatalf("admit: %v", got)
+		}
+		book.Synced(asking, Sync{Facts: Facts{State: active, NodeConfig: "nc", Records: runs(srcV0)}})
 	}
 }
