@@ -40,7 +40,8 @@ func newEnv(t testing.TB, n int, reconcilerArgs ...string) *env {
 	return e
 }
 
-// newNodes starts n nodes with the given options and no reconciler.
+// newNodes starts n nodes with the given options (their labels beside the
+// test's own) and no reconciler.
 func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,7 +63,13 @@ func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
 	}
 	for i := range n {
 		o := options(i)
-		o.Labels = map[string]string{"e2e": short}
+		labels := map[string]string{"e2e": short}
+		for k, v := range o.Labels {
+			if k != "e2e" {
+				labels[k] = v
+			}
+		}
+		o.Labels = labels
 		e.nodes = append(e.nodes, testenv.StartNode(t, c, root, fmt.Sprintf("%s-%d", short, i), o))
 	}
 	t.Cleanup(func() {

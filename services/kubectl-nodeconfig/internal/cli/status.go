@@ -84,6 +84,9 @@ Ctrl-C. -o wide prints every node listed in one table, -o name their names
     source:      {namespace, name, key}, null for the local default
     ready, progressing, degraded: ` + jsonCondition + ` or null
     nextWindow:  RFC 3339, absent unless nodes wait for a window
+    waves:       {topologyKey, order: [values; "" is the nodes without the
+                 label], count, current (from 1; 0: none under way)},
+                 absent without spec.rollout.topologyKey
     counts:      {selected, active, soaking, waiting, rolledBack, failing}
     groups:      [{outcome, nodes}] every selected node counted, in the order above
     nodes: [{    every node listed (--phase keeps some)

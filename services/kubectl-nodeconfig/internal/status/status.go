@@ -54,7 +54,9 @@ type NodeConfig struct {
 	Progressing *report.Condition         `json:"progressing"`
 	Degraded    *report.Condition         `json:"degraded"`
 	NextWindow  *time.Time                `json:"nextWindow,omitempty"`
-	Counts      Counts                    `json:"counts"`
+	// Waves is the status's waves, with spec.rollout.topologyKey.
+	Waves  *v1alpha1.RolloutWaves `json:"waves,omitempty"`
+	Counts Counts                 `json:"counts"`
 	// Groups count the selected nodes by outcome, in Outcomes' order,
 	// the empty ones left out.
 	Groups []Group `json:"groups"`
@@ -128,6 +130,7 @@ func Build(in Input) Report {
 			t := nc.Status.NextWindow.Time
 			out.NextWindow = &t
 		}
+		out.Waves = nc.Status.Waves
 		sel := nodeconfigs.Selector(nc)
 		counts := map[string]int{}
 		for j := range nodes {
@@ -216,6 +219,9 @@ func Text(w io.Writer, r Report, o TextOptions) error {
 		}
 		if nc.NextWindow != nil {
 			ew.printf("  next maintenance window: %s\n", report.When(*nc.NextWindow, o.Now))
+		}
+		if nc.Waves != nil {
+			ew.printf("  %s\n", wavesText(nc.Waves))
 		}
 		if len(nc.Groups) == 0 {
 			ew.printf("  (selects no node)\n")
@@ -319,6 +325,33 @@ func Table(r Report, now time.Time) *metav1.Table {
 		}
 	}
 	return t
+}
+
+// wavesText is the waves' order and the one under way, on one line.
+func wavesText(w *v1alpha1.RolloutWaves) string {
+	names := make([]string, 0, len(w.Order)+1)
+	for _, v := range w.Order {
+		names = append(names, waveName(v))
+	}
+	if int(w.Count) > len(w.Order) {
+		names = append(names, fmt.Sprintf("... (%d in all)", w.Count))
+	}
+	now := "every wave done"
+	if i := int(w.Current); i > 0 {
+		now = fmt.Sprintf("under way: %d of %d", i, w.Count)
+		if i <= len(w.Order) {
+			now += " (" + waveName(w.Order[i-1]) + ")"
+		}
+	}
+	return fmt.Sprintf("waves by %s: %s; %s", w.TopologyKey, strings.Join(names, ", "), now)
+}
+
+// waveName is a wave's value; "" is the nodes without the label.
+func waveName(v string) string {
+	if v == "" {
+		return "(no label)"
+	}
+	return v
 }
 
 func sourceText(s *v1alpha1.ConfigMapSource) string {

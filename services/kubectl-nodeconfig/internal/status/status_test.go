@@ -230,3 +230,31 @@ func TestJSONFieldNames(t *testing.T) {
 		t.Errorf("version: %v", got)
 	}
 }
+
+// The waves' order and the one under way are one line; the nodes
+// without the label are named so, and a list cut at its bound says how
+// many waves there are.
+func TestTextShowsTheWaves(t *testing.T) {
+	in := fixture()
+	in.NodeConfigs = in.NodeConfigs[:1]
+	for _, tc := range []struct {
+		waves v1alpha1.RolloutWaves
+		want  string
+	}{
+		{v1alpha1.RolloutWaves{TopologyKey: "topology.kubernetes.io/zone", Order: []string{"a", "b", ""}, Count: 3, Current: 2},
+			"  waves by topology.kubernetes.io/zone: a, b, (no label); under way: 2 of 3 (b)\n"},
+		{v1alpha1.RolloutWaves{TopologyKey: "example.com/nope", Order: []string{""}, Count: 1},
+			"  waves by example.com/nope: (no label); every wave done\n"},
+		{v1alpha1.RolloutWaves{TopologyKey: "kubernetes.io/hostname", Order: []string{"n0", "n1"}, Count: 70, Current: 69},
+			"  waves by kubernetes.io/hostname: n0, n1, ... (70 in all); under way: 69 of 70\n"},
+	} {
+		in.NodeConfigs[0].Status.Waves = &tc.waves
+		var b bytes.Buffer
+		if err := Text(&b, Build(in), TextOptions{Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("missing %q in:\n%s", tc.want, b.String())
+		}
+	}
+}

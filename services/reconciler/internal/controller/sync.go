@@ -286,7 +286,7 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 		return policy.Desired{Mode: policy.ModeLeave, Unjudged: err}, nil
 	}
 	d.Data = data
-	d.Admit = c.pace(nc, node.Name, rollout.VersionOf(d.Source, d.Validator))
+	d.Admit = c.pace(nc, node.Name, rollout.Want{Source: d.Source, Validator: d.Validator, Runs: d.Runs})
 	return d, nil
 }
 
