@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // Files are the kubelet's configuration files.
@@ -171,15 +172,23 @@ func (l Locator) Locate() (Located, error) {
 // when dir) where it looks for it: else it is not mounted there.
 func (l Locator) visible(host, agent string, dir bool) error {
 	fi, err := os.Stat(agent)
-	if err == nil && fi.IsDir() == dir {
+	switch {
+	case err != nil:
+	case fi.IsDir() != dir:
+		err = fmt.Errorf("not a %s", map[bool]string{false: "file", true: "directory"}[dir])
+	case !dir:
 		return nil
+	default:
+		// The drop-in directory is written: a read-only mount of a
+		// directory above it (/etc/kubernetes) is not enough.
+		if err = unix.Access(agent, unix.W_OK); err == nil {
+			return nil
+		}
+		err = fmt.Errorf("not writable: %w", err)
 	}
-	flag, mount, mode, kind := "--config", filepath.Dir(host), "read-only", "file"
+	flag, mount, mode := "--config", filepath.Dir(host), "read-only"
 	if dir {
-		flag, mount, mode, kind = "--config-dir", host, "read-write", "directory"
-	}
-	if err == nil {
-		err = fmt.Errorf("not a %s", kind)
+		flag, mount, mode = "--config-dir", host, "read-write"
 	}
 	return fmt.Errorf("the kubelet's %s %s is not mounted into the agent at %s (%v): mount the host's %s at %s %s",
 		flag, host, agent, err, mount, l.agentPath(mount), mode)

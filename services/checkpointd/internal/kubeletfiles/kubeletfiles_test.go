@@ -2,11 +2,15 @@ package kubeletfiles
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func noCwd() (string, error) { return "", errors.New("cwd asked for") }
@@ -149,8 +153,13 @@ func TestLocateSaysWhatToMount(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "mount the host's /etc/k0s/kubelet.d at "+filepath.Join(h.root, "etc/k0s/kubelet.d")+" read-write") {
 		t.Fatalf("Locate: %v, want it to say which directory to mount read-write", err)
 	}
-	// An explicit --kubelet-config stands in for the one on the command line.
+	// Seen, but read-only (under a read-only mount of its parent).
 	h.mkdir(t, "/etc/k0s/kubelet.d")
+	err = readOnly(t, filepath.Join(h.root, "etc/k0s/kubelet.d"), func() error { _, err := h.locator().Locate(); return err })
+	if err == nil || !strings.Contains(err.Error(), "not writable") || !strings.Contains(err.Error(), "at "+filepath.Join(h.root, "etc/k0s/kubelet.d")+" read-write") {
+		t.Fatalf("Locate: %v, want it to say the directory is not writable and to mount it read-write", err)
+	}
+	// An explicit --kubelet-config stands in for the one on the command line.
 	l := h.locator()
 	l.Config = "/elsewhere/config.yaml"
 	got, err := l.Locate()
@@ -170,4 +179,47 @@ func TestLocateWithoutAKubelet(t *testing.T) {
 	if _, err := l.Locate(); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("a process gone: %v, want ErrNotRunning", err)
 	}
+}
+
+// readOnly runs f with dir read-only to it: a read-only bind mount in a
+// mount namespace of f's thread alone where the test runs as root (whom
+// no file mode stops), else the directory's mode.
+func readOnly(t *testing.T, dir string, f func() error) error {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(dir, 0o755)
+		return f()
+	}
+	done := make(chan error)
+	go func() {
+		// Never unlocked: the thread, and its mount namespace, end with
+		// this goroutine.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			done <- fmt.Errorf("setup: %w", err)
+			return
+		}
+		for _, m := range []struct {
+			src   string
+			flags uintptr
+		}{{"", unix.MS_PRIVATE | unix.MS_REC}, {dir, unix.MS_BIND}, {dir, unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY}} {
+			target := dir
+			if m.src == "" {
+				target = "/"
+			}
+			if err := unix.Mount(m.src, target, "", m.flags, ""); err != nil {
+				done <- fmt.Errorf("setup: mount %s: %w", target, err)
+				return
+			}
+		}
+		done <- f()
+	}()
+	err := <-done
+	if err != nil && strings.HasPrefix(err.Error(), "setup: ") {
+		t.Skipf("no read-only mount here: %v", err)
+	}
+	return err
 }
