@@ -70,6 +70,10 @@ func FromCommandLine(argv []string, cwd func() (string, error)) (Files, error) {
 		}
 		if dir == "" {
 			wd, err := cwd()
+			if err == nil && !filepath.IsAbs(wd) {
+				// procfs says "" for a process that has none (gone).
+				err = fmt.Errorf("none known (%q)", wd)
+			}
 			if err != nil {
 				return Files{}, fmt.Errorf("the kubelet's %s %q is relative and its working directory cannot be read: %w", p.flag, *p.path, err)
 			}
@@ -149,7 +153,7 @@ func (l Locator) Locate() (Located, error) {
 	}
 	host, err := FromCommandLine(argv, p.Cwd)
 	if err != nil {
-		return Located{}, err
+		return Located{}, fmt.Errorf("%w: give the agent the paths (--target-dir, --kubelet-config)", err)
 	}
 	if host.ConfigDir == "" {
 		return Located{}, &NoConfigDirError{Suggested: l.SuggestedConfigDir}

@@ -223,3 +223,14 @@ func readOnly(t *testing.T, dir string, f func() error) error {
 	}
 	return err
 }
+
+// The agent has no capabilities, and the kernel refuses it the working
+// directory of a kubelet that has them: a relative path then says to
+// give the agent the paths.
+func TestLocateARelativePathWithoutTheWorkingDirectory(t *testing.T) {
+	h := newFakeHost(t, "", "/usr/bin/kubelet", "--config-dir=conf.d")
+	_, err := h.locator().Locate()
+	if err == nil || !strings.Contains(err.Error(), `--config-dir "conf.d" is relative`) || !strings.Contains(err.Error(), "--target-dir, --kubelet-config") {
+		t.Fatalf("Locate: %v", err)
+	}
+}
