@@ -28,7 +28,10 @@ const (
 // kubelet: the agent DaemonSet and both reconciler replicas run and stay up;
 // a NodeConfig with validator kubelet rolls a drop-in into the kubelet's
 // --config-dir, the agent restarts the kubelet, which runs it, and the Node
-// goes active -> soaking -> last-known-good; a config the validator lets
+// goes active -> soaking -> last-known-good; the agent finds the kubelet's
+// files on its command line, and installed on a kubelet without
+// --config-dir it refuses, writes nothing and says the flag to add, then
+// follows the kubelet once it has it; a config the validator lets
 // through but the kubelet refuses is rolled back by the agent, the kubelet
 // is healthy on last-known-good and the rollout halts; deleting the
 // NodeConfig brings the kubelet back to its base config. Nobody touches the
@@ -42,8 +45,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	work := t.TempDir()
 	decoy := startDecoyKubelet(t)
 	defer decoy.checkNeverSignalled(t)
-	// Read before the install: once it runs, the agent may restart the
-	// kubelet before the Node says the config is active.
+	withConfigDir := restartKubeletWithoutConfigDir(ctx, t)
 	starts := node.Kubelet.Starts()
 	if err := node.Install(ctx, work, func(s string) { t.Log(s) }); err != nil {
 		t.Fatalf("README install: %v\n%s", err, diagnose(ctx))
@@ -64,11 +66,15 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	}
 	attackWithTheAgentsTokens(ctx, t)
 
-	// The agent writes the drop-in where the real kubelet reads it.
+	// The agent writes the drop-in where the real kubelet reads it, once
+	// the kubelet has a --config-dir.
 	cm, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Read before the agent can write: once it does, it may restart the
+	// kubelet before the Node says the config is active.
+	starts = refusedWithoutConfigDir(ctx, t, cm.ResourceVersion, withConfigDir, starts)
 	waitFile(t, filepath.Join(realnode.ConfigDir, dropIn), cm.Data["config.yaml"])
 	waitStatus(ctx, t, "the new config active", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return nodeview.ResourceVersion(st.Active) == cm.ResourceVersion

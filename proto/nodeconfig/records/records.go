@@ -54,8 +54,9 @@ const (
 
 	// ReasonNodeFilesUnreadable is the early error of a node whose own
 	// kubelet files (its --config file, its other drop-ins) cannot be read
-	// or decoded: it says nothing of the config, so nothing rolls back and
-	// the caller retries.
+	// or decoded, or found (the kubelet's command line does not say, or
+	// names a file not mounted into the agent): it says nothing of the
+	// config, so nothing rolls back and the caller retries.
 	ReasonNodeFilesUnreadable = "NodeFilesUnreadable"
 
 	// ReasonRefusedByPolicy is the late error of a config the node's own
@@ -64,7 +65,20 @@ const (
 	// from its own flags, so a reconciler that let it through cannot
 	// lift it.
 	ReasonRefusedByPolicy = "RefusedByPolicy"
+
+	// ReasonKubeletNoConfigDir is the early error of a node whose kubelet
+	// runs without --config-dir: it reads no drop-in, so checkpointd writes
+	// none, and says the flag to add. It clears the error itself once the
+	// kubelet has one and the drop-in is in place.
+	ReasonKubeletNoConfigDir = "KubeletNoConfigDir"
 )
+
+// NodeClears reports whether an early error of reason is checkpointd's
+// own to clear, once what it could not do is done (the file written): a
+// caller that cleared it would only see it come back at the next try.
+func NodeClears(reason string) bool {
+	return reason == ReasonWriteFailed || reason == ReasonKubeletNoConfigDir
+}
 
 // Status projects r onto the NodeConfigStatus a node reports, so that
 // statusd and the reconciler report the same status from the same records.

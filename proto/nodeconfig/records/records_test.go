@@ -132,3 +132,14 @@ func TestStatusAndDescribe(t *testing.T) {
 		t.Fatal("SameSource")
 	}
 }
+
+func TestNodeClears(t *testing.T) {
+	for reason, want := range map[string]bool{
+		ReasonWriteFailed: true, ReasonKubeletNoConfigDir: true,
+		ReasonNodeFilesUnreadable: false, ReasonConsumerUnhealthy: false, "DownloadFailed": false,
+	} {
+		if got := NodeClears(reason); got != want {
+			t.Errorf("NodeClears(%s) = %v, want %v", reason, got, want)
+		}
+	}
+}
