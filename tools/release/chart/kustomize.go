@@ -91,8 +91,17 @@ func Kustomize(deploy string, overlay Overlay) ([]Object, error) {
 	prefix := rel(deploy) + "/"
 	for i := range objs {
 		origin := annotation(objs[i].Node, originAnnotation)
-		var meta struct{ Path string }
-		if err := yaml.Unmarshal([]byte(origin), &meta); err != nil || !strings.HasPrefix(meta.Path, prefix) {
+		// A file's object names its path; a generated one (a
+		// configMapGenerator's) the kustomization that generates it.
+		var meta struct {
+			Path         string
+			ConfiguredIn string `yaml:"configuredIn"`
+		}
+		err := yaml.Unmarshal([]byte(origin), &meta)
+		if meta.Path == "" {
+			meta.Path = meta.ConfiguredIn
+		}
+		if err != nil || !strings.HasPrefix(meta.Path, prefix) {
 			return nil, fmt.Errorf("%s: origin %q is not in %s", objs[i].Key(), origin, deploy)
 		}
 		objs[i].Origin = strings.TrimPrefix(meta.Path, prefix)
