@@ -101,8 +101,10 @@ func TestChartRendersWhatKustomizeRenders(t *testing.T) {
 	}
 }
 
-// The kubelet's paths move together: the host directory, the container's
-// mount of it and every flag that names it.
+// The kubelet's paths move together: the host directory and the
+// container's mount of it (the agent reads the kubelet's own paths off its
+// command line, so no flag names them), and the flags that name the runtime
+// and the kubelet's process.
 func TestChartMovesTheKubeletsPaths(t *testing.T) {
 	c, err := helmrender.Load(chartDir)
 	if err != nil {
@@ -123,8 +125,8 @@ func TestChartMovesTheKubeletsPaths(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"- --target-dir=/var/lib/kubelet/conf.d", "mountPath: /var/lib/kubelet/conf.d", "path: /var/lib/kubelet/conf.d",
-		"- --kubelet-config=/opt/kubelet/config.yaml", "mountPath: /opt/kubelet", "path: /opt/kubelet",
+		"mountPath: /var/lib/kubelet/conf.d", "path: /var/lib/kubelet/conf.d",
+		"mountPath: /opt/kubelet", "path: /opt/kubelet",
 		"- --consumer-runtime-endpoint=unix:///run/k3s/containerd/containerd.sock", "path: /run/k3s/containerd",
 		"- --consumer-cgroup=/system.slice/k3s.service", "- --consumer-exe-path=/usr/local/bin/k3s",
 	} {
