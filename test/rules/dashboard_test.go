@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -70,7 +71,7 @@ func TestDashboardQueriesTheServicesMetrics(t *testing.T) {
 	// Each query as a recording rule, with Grafana's interval variable
 	// given a value: promtool parses each.
 	var rules []map[string]string
-	for _, e := range slices.Sorted(mapsKeys(exprs)) {
+	for _, e := range slices.Sorted(maps.Keys(exprs)) {
 		rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query_%d", len(rules)), "expr": promQL(e)})
 	}
 	file, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
@@ -89,16 +90,6 @@ func TestDashboardQueriesTheServicesMetrics(t *testing.T) {
 		for _, name := range metricNames(promQL(e)) {
 			if !exported[name] && !exported[strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")] {
 				t.Errorf("panel %q queries %s, which no service exports: %s", title, name, e)
-			}
-		}
-	}
-}
-
-func mapsKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
 			}
 		}
 	}
