@@ -571,14 +571,18 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 
 // agentProcess is the pid of a running checkpointd of the install, 0 for
 // none.
-func agentProcess() int {
+func agentProcess() int { return installProcess("--consumer-restart") }
+
+// installProcess is the pid of a running process of the install (the
+// images' entrypoint is /service) whose arguments hold arg, 0 for none.
+func installProcess(arg string) int {
 	matches, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, m := range matches {
 		b, err := os.ReadFile(m)
 		if err != nil {
 			continue
 		}
-		if args := strings.Split(string(b), "\x00"); args[0] == "/service" && strings.Contains(string(b), "--consumer-restart") {
+		if args := strings.Split(string(b), "\x00"); args[0] == "/service" && strings.Contains(string(b), arg) {
 			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(m)))
 			return pid
 		}

@@ -125,20 +125,6 @@ func viewProcess(pid int) (processView, error) {
 	return v, nil
 }
 
-// statusdProcess is the pid of a running statusd of the install (the
-// images' entrypoint is /service; statusd's arguments name checkpointd's
-// socket), 0 for none.
-func statusdProcess() int {
-	matches, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, m := range matches {
-		b, err := os.ReadFile(m)
-		if err != nil {
-			continue
-		}
-		if args := strings.Split(string(b), "\x00"); args[0] == "/service" && strings.Contains(string(b), "--checkpointd=unix://") {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(m)))
-			return pid
-		}
-	}
-	return 0
-}
+// statusdProcess is the pid of a running statusd of the install (its
+// arguments name checkpointd's socket), 0 for none.
+func statusdProcess() int { return installProcess("--checkpointd=unix://") }
