@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -16,29 +15,15 @@ import (
 // heading, in order, with NODE replaced by this node's name.
 func readmeSection(t *testing.T, heading string) []string {
 	t.Helper()
-	root, err := proc.RepoRoot()
+	lines, err := realnode.ReadmeCommands(heading)
 	if err != nil {
 		t.Fatal(err)
-	}
-	buf, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(buf), "\n## "+heading+"\n")
-	if !ok {
-		t.Fatalf("README.md has no section %q", heading)
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	var lines []string
-	for _, b := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
-		for _, line := range strings.Split(b[1], "\n") {
-			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-				lines = append(lines, strings.ReplaceAll(line, "NODE", realnode.NodeName))
-			}
-		}
 	}
 	if len(lines) == 0 {
 		t.Fatalf("README section %q has no commands", heading)
+	}
+	for i, line := range lines {
+		lines[i] = strings.ReplaceAll(line, "NODE", realnode.NodeName)
 	}
 	return lines
 }
