@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,12 +64,9 @@ func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
 	}
 	for i := range n {
 		o := options(i)
-		labels := map[string]string{"e2e": short}
-		for k, v := range o.Labels {
-			if k != "e2e" {
-				labels[k] = v
-			}
-		}
+		labels := map[string]string{}
+		maps.Copy(labels, o.Labels)
+		labels["e2e"] = short
 		o.Labels = labels
 		e.nodes = append(e.nodes, testenv.StartNode(t, c, root, fmt.Sprintf("%s-%d", short, i), o))
 	}
