@@ -82,17 +82,8 @@ func TestZoneWavesOneZoneAtATimeByTheNodesRecords(t *testing.T) {
 			continue
 		}
 		prev := zones[zi-1]
-		var prevDone, began time.Time
-		for _, tr := range byZone[prev] {
-			if tr.to.After(prevDone) {
-				prevDone = tr.to
-			}
-		}
-		for _, tr := range byZone[z] {
-			if began.IsZero() || tr.from.Before(began) {
-				began = tr.from
-			}
-		}
+		prevDone := slices.MaxFunc(byZone[prev], func(a, b zoneTrial) int { return a.to.Compare(b.to) }).to
+		began := slices.MinFunc(byZone[z], func(a, b zoneTrial) int { return a.from.Compare(b.from) }).from
 		if began.Before(prevDone) {
 			t.Errorf("%s began at %s, before %s was done (its last promotion at %s)", z, began.Format(time.StampMicro), prev, prevDone.Format(time.StampMicro))
 		}
