@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"path"
@@ -15,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"sigs.k8s.io/yaml"
 
 	"nodeconfig.io/test/framework/cluster"
 	"nodeconfig.io/test/framework/proc"
@@ -109,16 +107,12 @@ func checkStatusdApart(t *testing.T, agent, status *appsv1.DaemonSet) {
 // daemonSet is the DaemonSet named name in kustomize's output.
 func daemonSet(t *testing.T, built, name string) *appsv1.DaemonSet {
 	t.Helper()
-	docs := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(built)))
+	docs := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(built), 4096)
 	for {
-		doc, err := docs.Read()
-		if err == io.EOF {
+		var ds appsv1.DaemonSet
+		if err := docs.Decode(&ds); err == io.EOF {
 			break
 		} else if err != nil {
-			t.Fatal(err)
-		}
-		var ds appsv1.DaemonSet
-		if err := yaml.Unmarshal(doc, &ds); err != nil {
 			t.Fatal(err)
 		}
 		if ds.Kind == "DaemonSet" && ds.Name == name {
