@@ -144,7 +144,5 @@ func cleanUpEnded(ctx context.Context, t *testing.T, work string) {
 	if err := node.WaitNodeReady(ctx, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-status", 1)
+	waitInstallReady(ctx, t)
 }

@@ -53,9 +53,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 
 	// Both replicas Ready, one leader among them; the agent and statusd
 	// Ready, statusd without root nor the host's PIDs.
-	pods := waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-status", 1)
+	pods := waitInstallReady(ctx, t)
 	checkAgentsPrivileges(t)
 	lease, err := client.CoordinationV1().Leases(namespace).Get(ctx, "nodeconfig-reconciler", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
@@ -224,6 +222,16 @@ func diagnose(ctx context.Context) string {
 		}
 	}
 	return b.String()
+}
+
+// waitInstallReady waits until every Pod of the install is Ready: both
+// reconciler replicas, which it returns, checkpointd's and statusd's.
+func waitInstallReady(ctx context.Context, t *testing.T) []corev1.Pod {
+	t.Helper()
+	pods := waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
+	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
+	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-status", 1)
+	return pods
 }
 
 func waitPodsReady(ctx context.Context, t *testing.T, selector string, want int) []corev1.Pod {
@@ -564,9 +572,7 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 	if err := node.WaitNodeReady(ctx, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-status", 1)
+	waitInstallReady(ctx, t)
 }
 
 // agentProcess is the pid of a running checkpointd of the install, 0 for
