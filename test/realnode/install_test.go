@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -582,15 +582,10 @@ func agentProcess() int { return installProcess("--consumer-restart") }
 // installProcess is the pid of a running process of the install (the
 // images' entrypoint is /service) whose arguments hold arg, 0 for none.
 func installProcess(arg string) int {
-	matches, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, m := range matches {
-		b, err := os.ReadFile(m)
-		if err != nil {
-			continue
-		}
-		if args := strings.Split(string(b), "\x00"); args[0] == "/service" && strings.Contains(string(b), arg) {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(m)))
-			return pid
+	procs, _ := procfs.AllProcs()
+	for _, p := range procs {
+		if args, err := p.CmdLine(); err == nil && len(args) > 0 && args[0] == "/service" && strings.Contains(strings.Join(args, "\x00"), arg) {
+			return p.PID
 		}
 	}
 	return 0

@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"nodeconfig.io/test/framework/proc"
 	"nodeconfig.io/test/realnode"
@@ -37,18 +37,13 @@ func checkAgentsPrivileges(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("from the host: statusd pid %d uid %v gid %v CapEff %s pid namespace %s; checkpointd pid %d uid %v pid namespace %s; the host's %s",
+	t.Logf("from the host: statusd pid %d uid %v gid %v CapEff %016x pid namespace %s; checkpointd pid %d uid %v pid namespace %s; the host's %s",
 		st.pid, st.uid, st.gid, st.capEff, st.pidNS, ck.pid, ck.uid, ck.pidNS, hostPIDs)
-	for _, ids := range [][]string{st.uid, st.gid} {
-		for _, id := range ids { // real, effective, saved, filesystem
-			if id != "65532" {
-				t.Errorf("statusd (pid %d) runs as uid %v gid %v, want 65532 for each", st.pid, st.uid, st.gid)
-				break
-			}
-		}
+	if nobody := [4]uint64{65532, 65532, 65532, 65532}; st.uid != nobody || st.gid != nobody {
+		t.Errorf("statusd (pid %d) runs as uid %v gid %v, want 65532 for each", st.pid, st.uid, st.gid)
 	}
-	if n, err := strconv.ParseUint(st.capEff, 16, 64); err != nil || n != 0 {
-		t.Errorf("statusd (pid %d) has effective capabilities %s, want none", st.pid, st.capEff)
+	if st.capEff != 0 {
+		t.Errorf("statusd (pid %d) has effective capabilities %016x, want none", st.pid, st.capEff)
 	}
 	if st.pidNS == hostPIDs {
 		t.Errorf("statusd (pid %d) is in the host's PID namespace %s", st.pid, hostPIDs)
@@ -91,8 +86,8 @@ func hostPIDNamespace(t *testing.T) string {
 // processView is what /proc says of a process.
 type processView struct {
 	pid      int
-	uid, gid []string
-	capEff   string
+	uid, gid [4]uint64 // real, effective, saved, filesystem
+	capEff   uint64
 	pidNS    string
 }
 
@@ -101,28 +96,17 @@ func viewProcess(pid int) (processView, error) {
 	if pid == 0 {
 		return v, fmt.Errorf("no such process")
 	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return v, err
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		key, value, _ := strings.Cut(line, ":")
-		switch key {
-		case "Uid":
-			v.uid = strings.Fields(value)
-		case "Gid":
-			v.gid = strings.Fields(value)
-		case "CapEff":
-			v.capEff = strings.TrimSpace(value)
-		}
-	}
-	if v.pidNS, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil {
+	status, err := p.NewStatus()
+	if err != nil {
 		return v, err
 	}
-	if len(v.uid) != 4 || len(v.gid) != 4 || v.capEff == "" {
-		return v, fmt.Errorf("pid %d: /proc status without Uid, Gid or CapEff", pid)
-	}
-	return v, nil
+	v.uid, v.gid, v.capEff = status.UIDs, status.GIDs, status.CapEff
+	v.pidNS, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	return v, err
 }
 
 // statusdProcess is the pid of a running statusd of the install (its
