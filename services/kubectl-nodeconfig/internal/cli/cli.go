@@ -82,9 +82,7 @@ func newOptions(stdout, stderr io.Writer) *options {
 	return o
 }
 
-// New builds the root command.
-func New(stdout, stderr io.Writer) *cobra.Command { return newRoot(newOptions(stdout, stderr)) }
-
+// newRoot builds the root command.
 func newRoot(o *options) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kubectl-nodeconfig",
@@ -105,10 +103,9 @@ cannot be reached; diff needs it.
 
 Every command takes -o json|yaml|name|jsonpath=...|go-template=... (status
 also -o wide); the fields are listed in each command's --help.`,
-		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl nodeconfig"},
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		CompletionOptions: cobra.CompletionOptions{DisableDescriptions: false},
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl nodeconfig"},
+		SilenceUsage:  true,
+		SilenceErrors: true,
 	}
 	root.SetOut(o.stdout)
 	root.SetErr(o.stderr)

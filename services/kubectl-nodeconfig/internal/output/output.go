@@ -78,10 +78,6 @@ func (f *Flags) IsWide() bool { return f.wide && f.format() == "wide" }
 // IsName says whether the command prints resource/name lines.
 func (f *Flags) IsName() bool { return f.format() == "name" }
 
-// Structured says whether the output is for a program: not text, not a
-// table.
-func (f *Flags) Structured() bool { return !f.IsText() && !f.IsWide() }
-
 // Validate says why -o names no format the command has.
 func (f *Flags) Validate() error {
 	if f.IsText() || f.IsWide() {
