@@ -46,12 +46,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, conne
 	cmd := newRoot(o)
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		var exit *exitError
-		if errors.As(err, &exit) {
-			if exit.err != nil {
-				fmt.Fprintln(stderr, "error:", exit.err)
-			}
-			return exit.code
+		var code exitCode
+		if errors.As(err, &code) {
+			return int(code)
 		}
 		fmt.Fprintln(stderr, "error:", err)
 		return 1
@@ -59,18 +56,11 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, conne
 	return 0
 }
 
-// exitError ends the command with code, after printing err if not nil.
-type exitError struct {
-	code int
-	err  error
-}
+// exitCode ends the command with that code and prints nothing more: the
+// command's output said why.
+type exitCode int
 
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit status %d", e.code)
-	}
-	return e.err.Error()
-}
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
 
 // options are the flags every command has.
 type options struct {
@@ -92,9 +82,7 @@ func newOptions(stdout, stderr io.Writer) *options {
 	return o
 }
 
-// New builds the root command.
-func New(stdout, stderr io.Writer) *cobra.Command { return newRoot(newOptions(stdout, stderr)) }
-
+// newRoot builds the root command.
 func newRoot(o *options) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kubectl-nodeconfig",
@@ -115,10 +103,9 @@ cannot be reached; diff needs it.
 
 Every command takes -o json|yaml|name|jsonpath=...|go-template=... (status
 also -o wide); the fields are listed in each command's --help.`,
-		Annotations:       map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl nodeconfig"},
-		SilenceUsage:      true,
-		SilenceErrors:     true,
-		CompletionOptions: cobra.CompletionOptions{DisableDescriptions: false},
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl nodeconfig"},
+		SilenceUsage:  true,
+		SilenceErrors: true,
 	}
 	root.SetOut(o.stdout)
 	root.SetErr(o.stderr)

@@ -20,8 +20,8 @@ import (
 // Exit codes of validate, as nodeconfig-kubelet-check's: 1 when something
 // is refused, 2 when something has no verdict and nothing is refused.
 const (
-	exitRefused  = 1
-	exitUnjudged = 2
+	exitRefused  exitCode = 1
+	exitUnjudged exitCode = 2
 )
 
 func validateCommand(o *options) *cobra.Command {
@@ -87,9 +87,9 @@ refused.
 			}
 			switch {
 			case r.Refused > 0:
-				return &exitError{code: exitRefused}
+				return exitRefused
 			case r.Unjudged > 0:
-				return &exitError{code: exitUnjudged}
+				return exitUnjudged
 			}
 			return nil
 		},

@@ -6,7 +6,6 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/kube"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/output"
@@ -86,12 +85,8 @@ func (o *options) reconcilerVersion(ctx context.Context, c *kube.Clients) *Recon
 	if err != nil {
 		return &ReconcilerVersion{Error: err.Error()}
 	}
-	p, err := c.Kube.CoreV1().Pods(ro.Namespace).Get(ctx, pod, metav1.GetOptions{})
-	if err != nil {
-		return &ReconcilerVersion{Pod: ro.Namespace + "/" + pod, Error: err.Error()}
-	}
-	r := &ReconcilerVersion{Pod: ro.Namespace + "/" + pod}
-	for _, ctr := range p.Spec.Containers {
+	r := &ReconcilerVersion{Pod: ro.Namespace + "/" + pod.Name}
+	for _, ctr := range pod.Spec.Containers {
 		r.Images = append(r.Images, ctr.Image)
 	}
 	return r

@@ -7,7 +7,6 @@ package output
 import (
 	"fmt"
 	"io"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -78,10 +77,6 @@ func (f *Flags) IsWide() bool { return f.wide && f.format() == "wide" }
 // IsName says whether the command prints resource/name lines.
 func (f *Flags) IsName() bool { return f.format() == "name" }
 
-// Structured says whether the output is for a program: not text, not a
-// table.
-func (f *Flags) Structured() bool { return !f.IsText() && !f.IsWide() }
-
 // Validate says why -o names no format the command has.
 func (f *Flags) Validate() error {
 	if f.IsText() || f.IsWide() {
@@ -149,13 +144,9 @@ func (f *Flags) Print(w io.Writer, r Result) error {
 // Object is v as an object of kind in GroupVersion: its fields by their
 // JSON names, beside apiVersion and kind.
 func Object(kind string, v any) (*unstructured.Unstructured, error) {
-	// The converter takes a pointer to a struct.
-	if rv := reflect.ValueOf(v); rv.Kind() != reflect.Pointer {
-		p := reflect.New(rv.Type())
-		p.Elem().Set(rv)
-		v = p.Interface()
-	}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(v)
+	// The converter takes a pointer; through the interface it reaches the
+	// struct, a value or a pointer.
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&v)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", kind, err)
 	}

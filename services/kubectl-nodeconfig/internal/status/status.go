@@ -246,10 +246,6 @@ func nodeTable(w io.Writer, r Report, nc NodeConfig, o TextOptions) error {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "    NODE\tPHASE\tREADY\tRECONCILER\tASSIGNED\tACTIVE\tLAST-KNOWN-GOOD\tSOAK ENDS\tERROR")
-	ns, name := "", ""
-	if nc.Source != nil {
-		ns, name = nc.Source.Namespace, nc.Source.Name
-	}
 	titles := map[int]string{} // line of the table -> the title before it
 	line := 1
 	for _, g := range nc.Groups {
@@ -261,10 +257,7 @@ func nodeTable(w io.Writer, r Report, nc NodeConfig, o TextOptions) error {
 			if listed == 0 {
 				titles[line] = groupTitle(g, nc, o.PerGroup)
 			}
-			fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name,
-				orDash(n.Phase), orDash(n.Ready), reconcilerCell(n, r.Reconciler.Reachable),
-				versionCell(n.Assigned, n.Reported, ns, name), versionCell(n.Active, n.Reported, ns, name), versionCell(n.LastKnownGood, n.Reported, ns, name),
-				soakCell(n, r.Reconciler.Reachable, o.Now), orDash(oneLine(n.Error)))
+			fmt.Fprintln(tw, "    "+n.Name+"\t"+strings.Join(nodeCells(n, nc.Source, r.Reconciler.Reachable, o.Now), "\t"))
 			listed++
 			line++
 		}
@@ -314,17 +307,27 @@ func Table(r Report, now time.Time) *metav1.Table {
 		{Name: "Soak Ends", Type: "string"}, {Name: "Error", Type: "string"}, {Name: "Message", Type: "string", Priority: 1},
 	}}
 	for _, nc := range r.NodeConfigs {
-		ns, name := "", ""
-		if nc.Source != nil {
-			ns, name = nc.Source.Namespace, nc.Source.Name
-		}
 		for _, n := range nc.Nodes {
-			t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{nc.Name, n.Name, n.Outcome, orDash(n.Phase), orDash(n.Ready),
-				reconcilerCell(n, r.Reconciler.Reachable), versionCell(n.Assigned, n.Reported, ns, name), versionCell(n.Active, n.Reported, ns, name),
-				versionCell(n.LastKnownGood, n.Reported, ns, name), soakCell(n, r.Reconciler.Reachable, now), orDash(oneLine(n.Error)), orDash(oneLine(n.Message))}})
+			cells := []any{nc.Name, n.Name, n.Outcome}
+			for _, c := range nodeCells(n, nc.Source, r.Reconciler.Reachable, now) {
+				cells = append(cells, c)
+			}
+			t.Rows = append(t.Rows, metav1.TableRow{Cells: append(cells, orDash(oneLine(n.Message)))})
 		}
 	}
 	return t
+}
+
+// nodeCells are a node's cells from PHASE to ERROR, alike in the text's
+// table and in -o wide's.
+func nodeCells(n NodeRow, src *v1alpha1.ConfigMapSource, reachable bool, now time.Time) []string {
+	ns, name := "", ""
+	if src != nil {
+		ns, name = src.Namespace, src.Name
+	}
+	return []string{orDash(n.Phase), orDash(n.Ready), reconcilerCell(n, reachable),
+		versionCell(n.Assigned, n.Reported, ns, name), versionCell(n.Active, n.Reported, ns, name), versionCell(n.LastKnownGood, n.Reported, ns, name),
+		soakCell(n, reachable, now), orDash(oneLine(n.Error))}
 }
 
 // wavesText is the waves' order and the one under way, on one line.

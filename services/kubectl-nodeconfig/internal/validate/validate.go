@@ -14,8 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -106,18 +106,17 @@ func Run(ctx context.Context, files []File, o Options) (Report, error) {
 		return Report{}, errors.New("no documents to check")
 	}
 	configMaps := map[configMapKey]*corev1.ConfigMap{}
+	decoded := make([]*corev1.ConfigMap, len(docs)) // the ConfigMap of docs[i]
 	named := map[configMapKey]bool{}
-	var ncs []doc
-	for _, d := range docs {
+	for i, d := range docs {
 		switch d.kind {
 		case "ConfigMap":
-			var cm corev1.ConfigMap
-			if err := yaml.Unmarshal(d.raw, &cm); err != nil {
+			cm := &corev1.ConfigMap{}
+			if err := yaml.Unmarshal(d.raw, cm); err != nil {
 				return Report{}, fmt.Errorf("%s: ConfigMap does not decode: %w", d.where(), err)
 			}
-			configMaps[configMapKey{cm.Namespace, cm.Name}] = &cm
+			configMaps[configMapKey{cm.Namespace, cm.Name}], decoded[i] = cm, cm
 		case "NodeConfig":
-			ncs = append(ncs, d)
 			var nc v1alpha1.NodeConfig
 			if err := yaml.Unmarshal(d.raw, &nc); err == nil && nc.Spec.Source != nil && nc.Spec.Source.ConfigMap != nil {
 				named[configMapKey{nc.Spec.Source.ConfigMap.Namespace, nc.Spec.Source.ConfigMap.Name}] = true
@@ -125,22 +124,16 @@ func Run(ctx context.Context, files []File, o Options) (Report, error) {
 		}
 	}
 	var r Report
-	for _, d := range docs {
+	for i, d := range docs {
 		switch d.kind {
 		case "NodeConfig":
 			r.add(o.nodeConfig(ctx, d, configMaps))
 		case "ConfigMap":
-			var cm corev1.ConfigMap
-			_ = yaml.Unmarshal(d.raw, &cm)
+			cm := decoded[i]
 			if named[configMapKey{cm.Namespace, cm.Name}] {
 				continue // judged as its NodeConfig's payload
 			}
-			keys := make([]string, 0, len(cm.Data))
-			for k := range cm.Data {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
+			for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
 				c := Check{Object: fmt.Sprintf("ConfigMap %s/%s key %s", cm.Namespace, cm.Name, k), File: d.file, Document: d.index}
 				r.add(o.payload(ctx, c, o.Validator, []byte(cm.Data[k])))
 			}
