@@ -138,7 +138,7 @@ $(BIN)/dist $(BIN)/chartgen &: tools/release/go.mod tools/release/go.sum $(shell
 chart: $(BIN)/chartgen ## the Helm chart deploy/helm/nodeconfig generated again from deploy/ (after any edit of deploy/)
 	$(BIN)/chartgen -deploy deploy -out deploy/helm/nodeconfig
 
-release: $(BIN)/ocibuild $(BIN)/dist $(BIN)/kubectl ## a release into ./dist: make release VERSION=vX.Y.Z (multi-arch OCI archives, install.yaml by digest, Helm chart, kubectl plugin, SHA256SUMS)
+release: $(BIN)/ocibuild $(BIN)/dist ## a release into ./dist: make release VERSION=vX.Y.Z (multi-arch OCI archives, install.yaml by digest, Helm chart, kubectl plugin, SHA256SUMS)
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$$ ]] || { echo "make release VERSION=vX.Y.Z (not '$(VERSION)')" >&2; exit 1; }
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	@for p in $(RELEASE_PLATFORMS); do \
@@ -160,7 +160,7 @@ release: $(BIN)/ocibuild $(BIN)/dist $(BIN)/kubectl ## a release into ./dist: ma
 		echo "$(DIST)/$$s-$(VERSION).oci.tar  $(RELEASE_REGISTRY)/$$s@$$digest"; \
 	done
 	$(BIN)/dist assemble -version $(VERSION) -registry $(RELEASE_REGISTRY) -dir $(DIST) -deploy deploy -chart deploy/helm/nodeconfig \
-		-kubectl $(BIN)/kubectl -license LICENSE -url $(RELEASE_URL) $(foreach p,$(PLUGIN_PLATFORMS),-plugin $(p)=$(RELEASE_BIN)/$(subst /,-,$(p))/kubectl-nodeconfig)
+		-license LICENSE -url $(RELEASE_URL) $(foreach p,$(PLUGIN_PLATFORMS),-plugin $(p)=$(RELEASE_BIN)/$(subst /,-,$(p))/kubectl-nodeconfig)
 	$(BIN)/dist verify -version $(VERSION) -dir $(DIST) -image-platforms $(subst $(space),$(comma),$(strip $(RELEASE_PLATFORMS))) \
 		-plugin-platforms $(subst $(space),$(comma),$(strip $(PLUGIN_PLATFORMS)))
 

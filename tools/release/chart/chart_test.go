@@ -1,6 +1,7 @@
 package chart_test
 
 import (
+	"bytes"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -42,12 +43,16 @@ func TestChartIsGeneratedFromDeploy(t *testing.T) {
 // The generator's kustomize renders deploy/ as kubectl's does (the one
 // make nodebin builds): a kustomize of another version may take other kinds
 // for cluster-scoped, and the chart would not install what
-// 'kubectl apply -k deploy/' does.
+// 'kubectl apply -k deploy/' does. Render (install.yaml's) writes kubectl's
+// very bytes.
 func TestGeneratorRendersAsKubectl(t *testing.T) {
 	kubectl := filepath.Join("..", "..", "..", "bin", "kubectl")
 	out, err := exec.Command(kubectl, "kustomize", deploy).Output()
 	if err != nil {
 		t.Fatalf("%s kustomize (make nodebin builds it): %v", kubectl, err)
+	}
+	if rendered, err := chart.Render(deploy, chart.Overlay{}); err != nil || !bytes.Equal(rendered, out) {
+		t.Errorf("Render gives other bytes than kubectl kustomize (%v)", err)
 	}
 	compare(t, kustomize(t, chart.Overlay{}), objects(t, out))
 }
