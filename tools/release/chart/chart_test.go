@@ -2,7 +2,6 @@ package chart_test
 
 import (
 	"bytes"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"nodeconfig.io/tools/release/chart"
+	"nodeconfig.io/tools/release/dist"
 	"nodeconfig.io/tools/release/helmrender"
 )
 
@@ -194,23 +194,11 @@ func kustomize(t *testing.T, overlay chart.Overlay) map[string]map[string]any {
 // objects parses a YAML stream into its objects by kind, namespace and name.
 func objects(t *testing.T, stream []byte) map[string]map[string]any {
 	t.Helper()
-	out := map[string]map[string]any{}
-	for _, doc := range strings.Split(string(stream), "\n---") {
-		var o map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
-			t.Fatalf("%v:\n%s", err, doc)
-		}
-		if o == nil {
-			continue
-		}
-		meta, _ := o["metadata"].(map[string]any)
-		key := fmt.Sprintf("%v/%v/%v", o["kind"], meta["namespace"], meta["name"])
-		if _, dup := out[key]; dup {
-			t.Fatalf("%s twice", key)
-		}
-		out[key] = o
+	objs, err := dist.Objects(stream)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return objs
 }
 
 func mustMarshal(t *testing.T, objs map[string]map[string]any) []byte {
