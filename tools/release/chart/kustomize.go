@@ -163,7 +163,8 @@ func child(n *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-func lookup(n *yaml.Node, path ...string) *yaml.Node {
+// Lookup is the node at path in the mapping n, nil if none.
+func Lookup(n *yaml.Node, path ...string) *yaml.Node {
 	for _, k := range path {
 		n = child(n, k)
 	}
@@ -171,14 +172,14 @@ func lookup(n *yaml.Node, path ...string) *yaml.Node {
 }
 
 func scalar(n *yaml.Node, path ...string) string {
-	if v := lookup(n, path...); v != nil && v.Kind == yaml.ScalarNode {
+	if v := Lookup(n, path...); v != nil && v.Kind == yaml.ScalarNode {
 		return v.Value
 	}
 	return ""
 }
 
 func annotation(n *yaml.Node, key string) string {
-	return scalar(lookup(n, "metadata", "annotations"), key)
+	return scalar(Lookup(n, "metadata", "annotations"), key)
 }
 
 // dropAnnotation removes key from the object's annotations, and the
@@ -211,7 +212,7 @@ func Marshal(objs []Object) ([]byte, error) {
 		if i > 0 {
 			buf.WriteString("---\n")
 		}
-		b, err := encode(o.Node)
+		b, err := Encode(o.Node)
 		if err != nil {
 			return nil, err
 		}
@@ -220,7 +221,8 @@ func Marshal(objs []Object) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func encode(n *yaml.Node) ([]byte, error) {
+// Encode writes n as YAML indented by two, as the chart's files are.
+func Encode(n *yaml.Node) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)

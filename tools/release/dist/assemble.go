@@ -167,18 +167,9 @@ func releaseValues(data []byte, o Options, images []Image) ([]byte, error) {
 		return nil, err
 	}
 	set := func(value string, path ...string) error {
-		n := doc.Content[0]
-		for _, k := range path {
-			var next *yaml.Node
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == k {
-					next = n.Content[i+1]
-				}
-			}
-			if next == nil {
-				return fmt.Errorf("values.yaml has no %s", strings.Join(path, "."))
-			}
-			n = next
+		n := chart.Lookup(doc.Content[0], path...)
+		if n == nil {
+			return fmt.Errorf("values.yaml has no %s", strings.Join(path, "."))
 		}
 		n.Value, n.Tag, n.Style = value, "!!str", 0
 		return nil
@@ -194,18 +185,7 @@ func releaseValues(data []byte, o Options, images []Image) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return encodeYAML(&doc)
-}
-
-func encodeYAML(n *yaml.Node) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(n); err != nil {
-		return nil, err
-	}
-	err := enc.Close()
-	return buf.Bytes(), err
+	return chart.Encode(&doc)
 }
 
 // writePlugins writes each platform's archive of the plugin (its binary
