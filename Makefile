@@ -127,8 +127,6 @@ RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
 PLUGIN_PLATFORMS  ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 RELEASE_URL       ?= https://github.com/nodeconfig/nodeconfig/releases/download/$(VERSION)
 RELEASE_BIN       ?= $(BIN)/release
-comma := ,
-space := $(subst ,, )
 
 .PHONY: chart release
 
@@ -161,8 +159,7 @@ release: $(BIN)/ocibuild $(BIN)/dist ## a release into ./dist: make release VERS
 	done
 	$(BIN)/dist assemble -version $(VERSION) -registry $(RELEASE_REGISTRY) -dir $(DIST) -deploy deploy -chart deploy/helm/nodeconfig \
 		-license LICENSE -url $(RELEASE_URL) $(foreach p,$(PLUGIN_PLATFORMS),-plugin $(p)=$(RELEASE_BIN)/$(subst /,-,$(p))/kubectl-nodeconfig)
-	$(BIN)/dist verify -version $(VERSION) -dir $(DIST) -image-platforms $(subst $(space),$(comma),$(strip $(RELEASE_PLATFORMS))) \
-		-plugin-platforms $(subst $(space),$(comma),$(strip $(PLUGIN_PLATFORMS)))
+	$(BIN)/dist verify -version $(VERSION) -dir $(DIST) -image-platforms '$(RELEASE_PLATFORMS)' -plugin-platforms '$(PLUGIN_PLATFORMS)'
 
 lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code (proto, deep copies, typed client) and CRD
 	@out=$$(gofmt -l proto services test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
