@@ -127,8 +127,6 @@ RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
 PLUGIN_PLATFORMS  ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 RELEASE_URL       ?= https://github.com/nodeconfig/nodeconfig/releases/download/$(VERSION)
 RELEASE_BIN       ?= $(BIN)/release
-comma := ,
-space := $(subst ,, )
 
 .PHONY: chart release
 
@@ -138,7 +136,7 @@ $(BIN)/dist $(BIN)/chartgen &: tools/release/go.mod tools/release/go.sum $(shell
 chart: $(BIN)/chartgen ## the Helm chart deploy/helm/nodeconfig generated again from deploy/ (after any edit of deploy/)
 	$(BIN)/chartgen -deploy deploy -out deploy/helm/nodeconfig
 
-release: $(BIN)/ocibuild $(BIN)/dist $(BIN)/kubectl ## a release into ./dist: make release VERSION=vX.Y.Z (multi-arch OCI archives, install.yaml by digest, Helm chart, kubectl plugin, SHA256SUMS)
+release: $(BIN)/ocibuild $(BIN)/dist ## a release into ./dist: make release VERSION=vX.Y.Z (multi-arch OCI archives, install.yaml by digest, Helm chart, kubectl plugin, SHA256SUMS)
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$$ ]] || { echo "make release VERSION=vX.Y.Z (not '$(VERSION)')" >&2; exit 1; }
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	@for p in $(RELEASE_PLATFORMS); do \
@@ -160,9 +158,8 @@ release: $(BIN)/ocibuild $(BIN)/dist $(BIN)/kubectl ## a release into ./dist: ma
 		echo "$(DIST)/$$s-$(VERSION).oci.tar  $(RELEASE_REGISTRY)/$$s@$$digest"; \
 	done
 	$(BIN)/dist assemble -version $(VERSION) -registry $(RELEASE_REGISTRY) -dir $(DIST) -deploy deploy -chart deploy/helm/nodeconfig \
-		-kubectl $(BIN)/kubectl -license LICENSE -url $(RELEASE_URL) $(foreach p,$(PLUGIN_PLATFORMS),-plugin $(p)=$(RELEASE_BIN)/$(subst /,-,$(p))/kubectl-nodeconfig)
-	$(BIN)/dist verify -version $(VERSION) -dir $(DIST) -image-platforms $(subst $(space),$(comma),$(strip $(RELEASE_PLATFORMS))) \
-		-plugin-platforms $(subst $(space),$(comma),$(strip $(PLUGIN_PLATFORMS)))
+		-license LICENSE -url $(RELEASE_URL) $(foreach p,$(PLUGIN_PLATFORMS),-plugin $(p)=$(RELEASE_BIN)/$(subst /,-,$(p))/kubectl-nodeconfig)
+	$(BIN)/dist verify -version $(VERSION) -dir $(DIST) -image-platforms '$(RELEASE_PLATFORMS)' -plugin-platforms '$(PLUGIN_PLATFORMS)'
 
 lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code (proto, deep copies, typed client) and CRD
 	@out=$$(gofmt -l proto services test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
