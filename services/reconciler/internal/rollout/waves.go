@@ -136,16 +136,8 @@ func (b *Book) doneLocked(node string, want Want) bool {
 	if want.Source == nil {
 		return recs.GetAssigned() == nil && recs.GetActive() == nil
 	}
-	return sameSource(recs.GetLastKnownGood().GetSource(), want.Source) || policy.RunsOneOf(recs, want.Runs...) ||
+	return records.SameSource(recs.GetLastKnownGood().GetSource(), want.Source) || policy.RunsOneOf(recs, want.Runs...) ||
 		records.FailedLate(recs, want.Source, want.Validator) != nil
-}
-
-// sameSource is records.SameSource field by field: a wave's admission
-// asks it of every selected node, and proto.Equal's reflection would
-// cost most of the time.
-func sameSource(a, b *nodeconfigv1.ConfigSource) bool {
-	return a.GetUid() == b.GetUid() && a.GetResourceVersion() == b.GetResourceVersion() && a.GetKey() == b.GetKey() &&
-		a.GetName() == b.GetName() && a.GetNamespace() == b.GetNamespace() && (a == nil) == (b == nil)
 }
 
 // CurrentWave is the value of ncName's wave under way: the one on trial
