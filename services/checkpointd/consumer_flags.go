@@ -81,23 +81,16 @@ func (c *consumerFlags) gate(log *slog.Logger) (*consumer.Gate, error) {
 // pose as it (be signalled, hold its restart, fake its crash loop, or say
 // where the agent writes).
 func (c *consumerFlags) signal(what string) (consumer.Signal, error) {
-	if err := c.checkSignal(what); err != nil {
-		return consumer.Signal{}, err
-	}
-	return consumer.Signal{PidFile: c.pidFile, Cgroup: c.cgroup, ExePath: c.exePath, Proc: c.proc}, nil
-}
-
-func (c *consumerFlags) checkSignal(what string) error {
 	if c.pidFile == "" && (c.cgroup == "" || c.exePath == "") {
-		return fmt.Errorf("%s finds the consumer by --consumer-cgroup and --consumer-exe-path (kubeadm's kubelet: /system.slice/kubelet.service and /usr/bin/kubelet), or names it by --consumer-pid-file: set them", what)
+		return consumer.Signal{}, fmt.Errorf("%s finds the consumer by --consumer-cgroup and --consumer-exe-path (kubeadm's kubelet: /system.slice/kubelet.service and /usr/bin/kubelet), or names it by --consumer-pid-file: set them", what)
 	}
 	if c.cgroup != "" && (!path.IsAbs(c.cgroup) || path.Clean(c.cgroup) != c.cgroup || c.cgroup == "/") {
-		return fmt.Errorf("--consumer-cgroup %q: want a clean absolute path below the root cgroup, as /proc/<pid>/cgroup shows it", c.cgroup)
+		return consumer.Signal{}, fmt.Errorf("--consumer-cgroup %q: want a clean absolute path below the root cgroup, as /proc/<pid>/cgroup shows it", c.cgroup)
 	}
 	if c.exePath != "" && !path.IsAbs(c.exePath) {
-		return fmt.Errorf("--consumer-exe-path %q: want the executable's absolute path", c.exePath)
+		return consumer.Signal{}, fmt.Errorf("--consumer-exe-path %q: want the executable's absolute path", c.exePath)
 	}
-	return nil
+	return consumer.Signal{PidFile: c.pidFile, Cgroup: c.cgroup, ExePath: c.exePath, Proc: c.proc}, nil
 }
 
 // startHealth starts the node's health gate (internal/nodehealth), reading

@@ -7,12 +7,14 @@ package kubeletfiles
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/prometheus/procfs"
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
+	cliflag "k8s.io/component-base/cli/flag"
 )
 
 // Files are the kubelet's configuration files.
@@ -24,37 +26,23 @@ type Files struct {
 }
 
 // FromCommandLine reads Files from the kubelet's command line (argv, the
-// program first) as the kubelet's flag parser (pflag, with the kubelet's
-// word-separator normalization) reads it: --flag=value or --flag value,
-// the last one given wins, '_' stands for '-', and nothing after "--" is
-// a flag. A relative path is resolved against the kubelet's working
-// directory, which cwd is asked for only then.
+// program first) with the kubelet's own flag parser (pflag, with its
+// word-separator normalization), its other flags skipped. A relative path
+// is resolved against the kubelet's working directory, which cwd is asked
+// for only then.
 func FromCommandLine(argv []string, cwd func() (string, error)) (Files, error) {
 	var f Files
-	flags := map[string]*string{"config": &f.Config, "config-dir": &f.ConfigDir}
-	for i := 1; i < len(argv); i++ {
-		arg := argv[i]
-		if arg == "--" {
-			break
-		}
-		// A value of the flag before it, or a shorthand such as -v.
-		name, ok := strings.CutPrefix(arg, "--")
-		if !ok {
-			continue
-		}
-		name, value, inline := strings.Cut(name, "=")
-		dst := flags[strings.ReplaceAll(name, "_", "-")]
-		if dst == nil {
-			continue
-		}
-		if !inline {
-			if i+1 == len(argv) {
-				return Files{}, fmt.Errorf("the kubelet's command line ends in --%s with no value", name)
-			}
-			i++
-			value = argv[i]
-		}
-		*dst = value
+	fs := pflag.NewFlagSet("kubelet", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	fs.StringVar(&f.Config, "config", "", "")
+	fs.StringVar(&f.ConfigDir, "config-dir", "", "")
+	var missing *pflag.ValueRequiredError
+	if err := fs.Parse(argv[min(1, len(argv)):]); errors.As(err, &missing) {
+		return Files{}, fmt.Errorf("the kubelet's command line ends in --%s with no value", missing.GetSpecifiedName())
+	} else if err != nil {
+		return Files{}, fmt.Errorf("read the kubelet's command line: %w", err)
 	}
 	dir := ""
 	for _, p := range []struct {

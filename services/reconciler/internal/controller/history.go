@@ -116,9 +116,7 @@ func (c *Controller) syncHistory(ctx context.Context, nc *v1alpha1.NodeConfig, s
 // promotedNow says whether every node nc selects runs revision p as its
 // last-known-good, rolled out from its ConfigMap or pinned: either source.
 func (c *Controller) promotedNow(nc *v1alpha1.NodeConfig, p *history.Pinned) bool {
-	fromConfigMap := &nodeconfigv1.ConfigSource{Namespace: p.Data.Source.Namespace, Name: p.Data.Source.Name,
-		Uid: p.Data.Source.UID, ResourceVersion: p.Data.Source.ResourceVersion, Key: p.Data.Source.Key}
-	return c.lastKnownGoodEverywhere(nc, fromConfigMap) || c.lastKnownGoodEverywhere(nc, p.Source)
+	return c.lastKnownGoodEverywhere(nc, readFrom(p)) || c.lastKnownGoodEverywhere(nc, p.Source)
 }
 
 // lastKnownGoodEverywhere says whether every node nc selects has src as

@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"iter"
+	"maps"
 
 	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -135,16 +136,8 @@ func (b *Book) doneLocked(node string, want Want) bool {
 	if want.Source == nil {
 		return recs.GetAssigned() == nil && recs.GetActive() == nil
 	}
-	return sameSource(recs.GetLastKnownGood().GetSource(), want.Source) || policy.RunsOneOf(recs, want.Runs...) ||
+	return records.SameSource(recs.GetLastKnownGood().GetSource(), want.Source) || policy.RunsOneOf(recs, want.Runs...) ||
 		records.FailedLate(recs, want.Source, want.Validator) != nil
-}
-
-// sameSource is records.SameSource field by field: a wave's admission
-// asks it of every selected node, and proto.Equal's reflection would
-// cost most of the time.
-func sameSource(a, b *nodeconfigv1.ConfigSource) bool {
-	return a.GetUid() == b.GetUid() && a.GetResourceVersion() == b.GetResourceVersion() && a.GetKey() == b.GetKey() &&
-		a.GetName() == b.GetName() && a.GetNamespace() == b.GetNamespace() && (a == nil) == (b == nil)
 }
 
 // CurrentWave is the value of ncName's wave under way: the one on trial
@@ -153,30 +146,27 @@ func sameSource(a, b *nodeconfigv1.ConfigSource) bool {
 func (b *Book) CurrentWave(ncName string, w *Waves) (value string, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	first := func(nodes iter.Seq[string]) {
-		for n := range nodes {
-			if v := w.Values[n]; !ok || pacing.WaveBefore(v, value) {
-				value, ok = v, true
-			}
-		}
-	}
-	if first(b.inTrialLocked(ncName)); ok {
+	if value, ok = firstWave(w, b.inTrialLocked(ncName)); ok {
 		return value, ok
 	}
-	first(b.turnsLeftLocked(ncName, w, func(string) bool { return true }))
+	return firstWave(w, b.turnsLeftLocked(ncName, w, func(string) bool { return true }))
+}
+
+// firstWave is the value of the first wave that has one of nodes; ok is
+// false for no nodes.
+func firstWave(w *Waves, nodes iter.Seq[string]) (value string, ok bool) {
+	for n := range nodes {
+		if v := w.Values[n]; !ok || pacing.WaveBefore(v, value) {
+			value, ok = v, true
+		}
+	}
 	return value, ok
 }
 
 // firstWaveWaitingLocked keeps, of the nodes waiting on ncName, those of
 // the first wave that has any.
 func (b *Book) firstWaveWaitingLocked(ncName string, w *Waves) set {
-	var first string
-	found := false
-	for n := range b.waiting[ncName] {
-		if v := w.Values[n]; !found || pacing.WaveBefore(v, first) {
-			first, found = v, true
-		}
-	}
+	first, _ := firstWave(w, maps.Keys(b.waiting[ncName]))
 	out := set{}
 	for n := range b.waiting[ncName] {
 		if w.Values[n] == first {
