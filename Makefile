@@ -45,13 +45,13 @@ FLEET_SELECT ?= 0
 
 IMAGE_REPO ?= ghcr.io/nodeconfig
 IMAGE_TAG  ?= v0.1.0
-# What each service's nodeconfig_build_info says it is.
+# What each service's nodeconfig_build_info and the plugin's version say it is.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
-VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION)
+VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION) -X nodeconfig.io/services/kubectl-nodeconfig/internal/version.Version=$(VERSION)
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
-.PHONY: help tools testbin nodebin node-packages promtool generate build lint test bench fleet-bench store-bench bench-table fleet run cluster clean fuzz images build-race
+.PHONY: help tools testbin nodebin node-packages promtool generate build lint test test-unit bench fleet-bench store-bench bench-table fleet run cluster clean fuzz images build-race
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -127,8 +127,6 @@ RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
 PLUGIN_PLATFORMS  ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 RELEASE_URL       ?= https://github.com/nodeconfig/nodeconfig/releases/download/$(VERSION)
 RELEASE_BIN       ?= $(BIN)/release
-comma := ,
-space := $(subst ,, )
 
 .PHONY: chart release
 
@@ -138,7 +136,7 @@ $(BIN)/dist $(BIN)/chartgen &: tools/release/go.mod tools/release/go.sum $(shell
 chart: $(BIN)/chartgen ## the Helm chart deploy/helm/nodeconfig generated again from deploy/ (after any edit of deploy/)
 	$(BIN)/chartgen -deploy deploy -out deploy/helm/nodeconfig
 
-release: $(BIN)/ocibuild $(BIN)/dist $(BIN)/kubectl ## a release into ./dist: make release VERSION=vX.Y.Z (multi-arch OCI archives, install.yaml by digest, Helm chart, kubectl plugin, SHA256SUMS)
+release: $(BIN)/ocibuild $(BIN)/dist ## a release into ./dist: make release VERSION=vX.Y.Z (multi-arch OCI archives, install.yaml by digest, Helm chart, kubectl plugin, SHA256SUMS)
 	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$$ ]] || { echo "make release VERSION=vX.Y.Z (not '$(VERSION)')" >&2; exit 1; }
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	@for p in $(RELEASE_PLATFORMS); do \
@@ -160,9 +158,8 @@ release: $(BIN)/ocibuild $(BIN)/dist $(BIN)/kubectl ## a release into ./dist: ma
 		echo "$(DIST)/$$s-$(VERSION).oci.tar  $(RELEASE_REGISTRY)/$$s@$$digest"; \
 	done
 	$(BIN)/dist assemble -version $(VERSION) -registry $(RELEASE_REGISTRY) -dir $(DIST) -deploy deploy -chart deploy/helm/nodeconfig \
-		-kubectl $(BIN)/kubectl -license LICENSE -url $(RELEASE_URL) $(foreach p,$(PLUGIN_PLATFORMS),-plugin $(p)=$(RELEASE_BIN)/$(subst /,-,$(p))/kubectl-nodeconfig)
-	$(BIN)/dist verify -version $(VERSION) -dir $(DIST) -image-platforms $(subst $(space),$(comma),$(strip $(RELEASE_PLATFORMS))) \
-		-plugin-platforms $(subst $(space),$(comma),$(strip $(PLUGIN_PLATFORMS)))
+		-license LICENSE -url $(RELEASE_URL) $(foreach p,$(PLUGIN_PLATFORMS),-plugin $(p)=$(RELEASE_BIN)/$(subst /,-,$(p))/kubectl-nodeconfig)
+	$(BIN)/dist verify -version $(VERSION) -dir $(DIST) -image-platforms '$(RELEASE_PLATFORMS)' -plugin-platforms '$(PLUGIN_PLATFORMS)'
 
 lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code (proto, deep copies, typed client) and CRD
 	@out=$$(gofmt -l proto services test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -205,6 +202,13 @@ test: lint build build-race testbin nodebin node-packages promtool images ## lin
 	KUBE_CACHE_MUTATION_DETECTOR=true NODECONFIG_BIN=$(BIN)/race go test $(TEST_FLAGS) -run '$(RACE_E2E)' nodeconfig.io/test/e2e
 	@# The real node (root, containerd, a kubelet) runs alone: it is the heaviest package.
 	go test $(TEST_FLAGS) nodeconfig.io/test/realnode/...
+
+# What needs neither root nor a cluster, in a few minutes: the services' unit
+# tests, the table of figures and its gates, the test framework's own.
+UNIT_PACKAGES := nodeconfig.io/proto/... nodeconfig.io/services/... nodeconfig.io/test/bench/... nodeconfig.io/test/framework/...
+
+test-unit: ## the tests that need neither root nor a cluster (unit tests of every service, the figures' gates), in a few minutes
+	go test $(TEST_FLAGS) $(UNIT_PACKAGES)
 
 # The raw output of the last make bench (and of make fleet-bench after it),
 # committed: the table of docs/performance.md is rendered from it, and make

@@ -35,7 +35,9 @@ if ! diff -r "$tmp/client" services/api/client >/dev/null; then
   diff -r -u services/api/client "$tmp/client" || true
   exit 1
 fi
-if ! GOWORK=off go -C tools/release run ./cmd/chartgen -deploy ../../deploy -out ../../deploy/helm/nodeconfig -check; then
+GOWORK=off go -C tools/release run ./cmd/chartgen -deploy "$PWD/deploy" -out "$tmp/chart"
+if ! diff -r "$tmp/chart" deploy/helm/nodeconfig >/dev/null; then
   echo "deploy/helm/nodeconfig is stale: run 'make chart' and commit the result"
+  diff -r -u deploy/helm/nodeconfig "$tmp/chart" || true
   exit 1
 fi

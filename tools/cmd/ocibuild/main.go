@@ -129,7 +129,7 @@ func run(binaries map[string]string, extras map[string][]string, ref, out, user,
 			}
 			adds = append(adds, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: plat}})
 		}
-		idx := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), adds...)
+		idx := mutate.AppendManifests(empty.Index, adds...)
 		digest, err := idx.Digest()
 		if err != nil {
 			return err

@@ -1,7 +1,7 @@
 package chart_test
 
 import (
-	"fmt"
+	"bytes"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"nodeconfig.io/tools/release/chart"
+	"nodeconfig.io/tools/release/dist"
 	"nodeconfig.io/tools/release/helmrender"
 )
 
@@ -42,12 +43,16 @@ func TestChartIsGeneratedFromDeploy(t *testing.T) {
 // The generator's kustomize renders deploy/ as kubectl's does (the one
 // make nodebin builds): a kustomize of another version may take other kinds
 // for cluster-scoped, and the chart would not install what
-// 'kubectl apply -k deploy/' does.
+// 'kubectl apply -k deploy/' does. Render (install.yaml's) writes kubectl's
+// very bytes.
 func TestGeneratorRendersAsKubectl(t *testing.T) {
 	kubectl := filepath.Join("..", "..", "..", "bin", "kubectl")
 	out, err := exec.Command(kubectl, "kustomize", deploy).Output()
 	if err != nil {
 		t.Fatalf("%s kustomize (make nodebin builds it): %v", kubectl, err)
+	}
+	if rendered, err := chart.Render(deploy, chart.Overlay{}); err != nil || !bytes.Equal(rendered, out) {
+		t.Errorf("Render gives other bytes than kubectl kustomize (%v)", err)
 	}
 	compare(t, kustomize(t, chart.Overlay{}), objects(t, out))
 }
@@ -101,8 +106,10 @@ func TestChartRendersWhatKustomizeRenders(t *testing.T) {
 	}
 }
 
-// The kubelet's paths move together: the host directory, the container's
-// mount of it and every flag that names it.
+// The kubelet's paths move together: the host directory and the
+// container's mount of it (the agent reads the kubelet's own paths off its
+// command line, so no flag names them), and the flags that name the runtime
+// and the kubelet's process.
 func TestChartMovesTheKubeletsPaths(t *testing.T) {
 	c, err := helmrender.Load(chartDir)
 	if err != nil {
@@ -123,8 +130,8 @@ func TestChartMovesTheKubeletsPaths(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"- --target-dir=/var/lib/kubelet/conf.d", "mountPath: /var/lib/kubelet/conf.d", "path: /var/lib/kubelet/conf.d",
-		"- --kubelet-config=/opt/kubelet/config.yaml", "mountPath: /opt/kubelet", "path: /opt/kubelet",
+		"mountPath: /var/lib/kubelet/conf.d", "path: /var/lib/kubelet/conf.d",
+		"mountPath: /opt/kubelet", "path: /opt/kubelet",
 		"- --consumer-runtime-endpoint=unix:///run/k3s/containerd/containerd.sock", "path: /run/k3s/containerd",
 		"- --consumer-cgroup=/system.slice/k3s.service", "- --consumer-exe-path=/usr/local/bin/k3s",
 	} {
@@ -187,23 +194,11 @@ func kustomize(t *testing.T, overlay chart.Overlay) map[string]map[string]any {
 // objects parses a YAML stream into its objects by kind, namespace and name.
 func objects(t *testing.T, stream []byte) map[string]map[string]any {
 	t.Helper()
-	out := map[string]map[string]any{}
-	for _, doc := range strings.Split(string(stream), "\n---") {
-		var o map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
-			t.Fatalf("%v:\n%s", err, doc)
-		}
-		if o == nil {
-			continue
-		}
-		meta, _ := o["metadata"].(map[string]any)
-		key := fmt.Sprintf("%v/%v/%v", o["kind"], meta["namespace"], meta["name"])
-		if _, dup := out[key]; dup {
-			t.Fatalf("%s twice", key)
-		}
-		out[key] = o
+	objs, err := dist.Objects(stream)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return objs
 }
 
 func mustMarshal(t *testing.T, objs map[string]map[string]any) []byte {

@@ -85,7 +85,7 @@ func Generate(deploy string) (map[string][]byte, error) {
 	seen := map[string]string{}
 	baseObj := map[string]*yaml.Node{}
 	for _, o := range objs {
-		b, err := encode(o.Node)
+		b, err := Encode(o.Node)
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +104,7 @@ func Generate(deploy string) (map[string][]byte, error) {
 			return nil, fmt.Errorf("component %s: %w", c.Dir, err)
 		}
 		for _, o := range with {
-			b, err := encode(o.Node)
+			b, err := Encode(o.Node)
 			if err != nil {
 				return nil, err
 			}
@@ -130,7 +130,7 @@ func Generate(deploy string) (map[string][]byte, error) {
 	var order []string
 	for _, o := range objs {
 		if o.Kind() == "CustomResourceDefinition" {
-			text, err := encode(o.Node)
+			text, err := Encode(o.Node)
 			if err != nil {
 				return nil, err
 			}
@@ -141,7 +141,7 @@ func Generate(deploy string) (map[string][]byte, error) {
 		if err := s.apply(o.Node); err != nil {
 			return nil, fmt.Errorf("%s: %w", o.Key(), err)
 		}
-		text, err := encode(o.Node)
+		text, err := Encode(o.Node)
 		if err != nil {
 			return nil, err
 		}
@@ -207,8 +207,8 @@ func (s *substitutions) unless(cond string) string {
 // that differs is an error.
 func removedKeys(base, with *yaml.Node, removed *[]*yaml.Node) error {
 	if base.Kind != yaml.MappingNode || with.Kind != yaml.MappingNode {
-		a, _ := encode(base)
-		b, _ := encode(with)
+		a, _ := Encode(base)
+		b, _ := Encode(with)
 		if !bytes.Equal(a, b) {
 			return fmt.Errorf("a value changes (%q to %q)", strings.TrimSpace(string(a)), strings.TrimSpace(string(b)))
 		}
@@ -239,7 +239,7 @@ func (s *substitutions) block(expr string) string {
 
 // apply substitutes the chart's parameters into one object's tree.
 func (s *substitutions) apply(obj *yaml.Node) error {
-	if pod := lookup(obj, "spec", "template", "spec"); pod != nil {
+	if pod := Lookup(obj, "spec", "template", "spec"); pod != nil {
 		if err := s.podSpec(pod); err != nil {
 			return err
 		}
@@ -265,7 +265,7 @@ func (s *substitutions) podSpec(pod *yaml.Node) error {
 	type hostPath struct{ key, path, token string }
 	var paths []hostPath
 	for _, v := range seq(child(pod, "volumes")) {
-		p := lookup(v, "hostPath", "path")
+		p := Lookup(v, "hostPath", "path")
 		if p == nil {
 			continue
 		}
@@ -301,8 +301,8 @@ func (s *substitutions) podSpec(pod *yaml.Node) error {
 		name := scalar(c, "name")
 		if r := child(c, "resources"); r != nil {
 			if was, ok := s.resources[name]; ok {
-				a, _ := encode(was)
-				b, _ := encode(r)
+				a, _ := Encode(was)
+				b, _ := Encode(r)
 				if !bytes.Equal(a, b) {
 					return fmt.Errorf("two containers %s with different resources", name)
 				}
@@ -505,7 +505,7 @@ image:
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		text, err := encode(s.resources[n])
+		text, err := Encode(s.resources[n])
 		if err != nil {
 			return nil, err
 		}

@@ -45,16 +45,60 @@ type Overlay struct {
 	Extra      string
 }
 
+// Render renders deploy with overlay, as 'kubectl kustomize' does, into
+// its YAML stream.
+func Render(deploy string, overlay Overlay) ([]byte, error) {
+	out, _, err := build(deploy, overlay)
+	return out, err
+}
+
 // Kustomize renders deploy with overlay, as 'kubectl kustomize' does, into
 // its objects, in kustomize's order.
 func Kustomize(deploy string, overlay Overlay) ([]Object, error) {
-	deploy, err := filepath.Abs(deploy)
+	// deploy/'s own order, and each object's file, by which the generator
+	// groups templates.
+	overlay.Extra = "sortOptions: {order: fifo}\nbuildMetadata: [originAnnotations]\n" + overlay.Extra
+	out, base, err := build(deploy, overlay)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "chartgen-overlay-")
+	objs, err := Parse(out)
 	if err != nil {
 		return nil, err
+	}
+	prefix := base + "/"
+	for i := range objs {
+		origin := annotation(objs[i].Node, originAnnotation)
+		// A file's object names its path; a generated one (a
+		// configMapGenerator's) the kustomization that generates it.
+		var meta struct {
+			Path         string
+			ConfiguredIn string `yaml:"configuredIn"`
+		}
+		err := yaml.Unmarshal([]byte(origin), &meta)
+		if meta.Path == "" {
+			meta.Path = meta.ConfiguredIn
+		}
+		if err != nil || !strings.HasPrefix(meta.Path, prefix) {
+			return nil, fmt.Errorf("%s: origin %q is not in %s", objs[i].Key(), origin, deploy)
+		}
+		objs[i].Origin = strings.TrimPrefix(meta.Path, prefix)
+		dropAnnotation(objs[i].Node, originAnnotation)
+	}
+	return objs, nil
+}
+
+// build renders deploy with overlay from a kustomization in a temporary
+// directory; it returns deploy's path from there too, which kustomize's
+// origin annotations start with.
+func build(deploy string, overlay Overlay) ([]byte, string, error) {
+	deploy, err := filepath.Abs(deploy)
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := os.MkdirTemp("", "chartgen-overlay-")
+	if err != nil {
+		return nil, "", err
 	}
 	defer os.RemoveAll(dir)
 	rel := func(p string) string {
@@ -65,7 +109,7 @@ func Kustomize(deploy string, overlay Overlay) ([]Object, error) {
 		return filepath.ToSlash(r)
 	}
 	var k strings.Builder
-	fmt.Fprintf(&k, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\nbuildMetadata: [originAnnotations]\n", rel(deploy))
+	fmt.Fprintf(&k, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\n", rel(deploy))
 	if len(overlay.Components) > 0 {
 		k.WriteString("components:\n")
 		for _, c := range overlay.Components {
@@ -74,31 +118,17 @@ func Kustomize(deploy string, overlay Overlay) ([]Object, error) {
 	}
 	k.WriteString(overlay.Extra)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k.String()), 0o644); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	opts := krusty.MakeDefaultOptions()
+	// kubectl's: kustomize's legacy order unless the kustomization says otherwise.
+	opts.Reorder = krusty.ReorderOptionUnspecified
+	m, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	out, err := m.AsYaml()
-	if err != nil {
-		return nil, err
-	}
-	objs, err := Parse(out)
-	if err != nil {
-		return nil, err
-	}
-	prefix := rel(deploy) + "/"
-	for i := range objs {
-		origin := annotation(objs[i].Node, originAnnotation)
-		var meta struct{ Path string }
-		if err := yaml.Unmarshal([]byte(origin), &meta); err != nil || !strings.HasPrefix(meta.Path, prefix) {
-			return nil, fmt.Errorf("%s: origin %q is not in %s", objs[i].Key(), origin, deploy)
-		}
-		objs[i].Origin = strings.TrimPrefix(meta.Path, prefix)
-		dropAnnotation(objs[i].Node, originAnnotation)
-	}
-	return objs, nil
+	return out, rel(deploy), err
 }
 
 // Parse reads a stream of YAML documents into objects.
@@ -133,7 +163,8 @@ func child(n *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-func lookup(n *yaml.Node, path ...string) *yaml.Node {
+// Lookup is the node at path in the mapping n, nil if none.
+func Lookup(n *yaml.Node, path ...string) *yaml.Node {
 	for _, k := range path {
 		n = child(n, k)
 	}
@@ -141,14 +172,14 @@ func lookup(n *yaml.Node, path ...string) *yaml.Node {
 }
 
 func scalar(n *yaml.Node, path ...string) string {
-	if v := lookup(n, path...); v != nil && v.Kind == yaml.ScalarNode {
+	if v := Lookup(n, path...); v != nil && v.Kind == yaml.ScalarNode {
 		return v.Value
 	}
 	return ""
 }
 
 func annotation(n *yaml.Node, key string) string {
-	return scalar(lookup(n, "metadata", "annotations"), key)
+	return scalar(Lookup(n, "metadata", "annotations"), key)
 }
 
 // dropAnnotation removes key from the object's annotations, and the
@@ -181,7 +212,7 @@ func Marshal(objs []Object) ([]byte, error) {
 		if i > 0 {
 			buf.WriteString("---\n")
 		}
-		b, err := encode(o.Node)
+		b, err := Encode(o.Node)
 		if err != nil {
 			return nil, err
 		}
@@ -190,7 +221,8 @@ func Marshal(objs []Object) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func encode(n *yaml.Node) ([]byte, error) {
+// Encode writes n as YAML indented by two, as the chart's files are.
+func Encode(n *yaml.Node) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)

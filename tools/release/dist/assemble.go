@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -47,7 +46,6 @@ type Options struct {
 	Dir      string // the release's directory, which holds the images' archives
 	Deploy   string // the kustomize base, deploy/
 	Chart    string // the generated chart's directory
-	Kubectl  string // kubectl, whose kustomize renders install.yaml
 	License  string // the LICENSE file the plugin's archives hold
 	// Plugins maps a platform (os/arch) to the plugin's binary for it.
 	Plugins map[string]string
@@ -83,8 +81,8 @@ func Assemble(o Options) error {
 	return writeSums(o.Dir)
 }
 
-// writeInstall renders deploy/ with kubectl's kustomize, each image named
-// by its archive's digest.
+// writeInstall renders deploy/ as 'kubectl kustomize' does, each image
+// named by its archive's digest.
 func writeInstall(o Options, images []Image) error {
 	var base struct {
 		Images []struct {
@@ -102,21 +100,8 @@ func writeInstall(o Options, images []Image) error {
 	for _, img := range images {
 		byService[img.Service] = img
 	}
-	dir, err := os.MkdirTemp("", "dist-install-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	deploy, err := filepath.Abs(o.Deploy)
-	if err != nil {
-		return err
-	}
-	rel, err := filepath.Rel(dir, deploy)
-	if err != nil {
-		return err
-	}
 	var k strings.Builder
-	fmt.Fprintf(&k, "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\nimages:\n", filepath.ToSlash(rel))
+	k.WriteString("images:\n")
 	for _, b := range base.Images {
 		svc := b.NewName[strings.LastIndex(b.NewName, "/")+1:]
 		img, ok := byService[svc]
@@ -129,15 +114,9 @@ func writeInstall(o Options, images []Image) error {
 	for svc := range byService {
 		return fmt.Errorf("the archive of %s names an image deploy/ does not use", svc)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k.String()), 0o644); err != nil {
-		return err
-	}
-	cmd := exec.Command(o.Kubectl, "kustomize", dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := chart.Render(o.Deploy, chart.Overlay{Extra: k.String()})
 	if err != nil {
-		return fmt.Errorf("kubectl kustomize: %v: %s", err, stderr.String())
+		return err
 	}
 	header := fmt.Sprintf("# nodeconfig %s: kubectl apply -f install.yaml (docs/release.md)\n", o.Version)
 	return os.WriteFile(filepath.Join(o.Dir, InstallFile), append([]byte(header), out...), 0o644)
@@ -188,18 +167,9 @@ func releaseValues(data []byte, o Options, images []Image) ([]byte, error) {
 		return nil, err
 	}
 	set := func(value string, path ...string) error {
-		n := doc.Content[0]
-		for _, k := range path {
-			var next *yaml.Node
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == k {
-					next = n.Content[i+1]
-				}
-			}
-			if next == nil {
-				return fmt.Errorf("values.yaml has no %s", strings.Join(path, "."))
-			}
-			n = next
+		n := chart.Lookup(doc.Content[0], path...)
+		if n == nil {
+			return fmt.Errorf("values.yaml has no %s", strings.Join(path, "."))
 		}
 		n.Value, n.Tag, n.Style = value, "!!str", 0
 		return nil
@@ -215,18 +185,7 @@ func releaseValues(data []byte, o Options, images []Image) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return encodeYAML(&doc)
-}
-
-func encodeYAML(n *yaml.Node) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(n); err != nil {
-		return nil, err
-	}
-	err := enc.Close()
-	return buf.Bytes(), err
+	return chart.Encode(&doc)
 }
 
 // writePlugins writes each platform's archive of the plugin (its binary

@@ -44,7 +44,6 @@ func assemble(args []string) error {
 	fs.StringVar(&o.Dir, "dir", "dist", "the release's directory, holding the images' archives")
 	fs.StringVar(&o.Deploy, "deploy", "deploy", "the kustomize base")
 	fs.StringVar(&o.Chart, "chart", "deploy/helm/nodeconfig", "the generated chart")
-	fs.StringVar(&o.Kubectl, "kubectl", "kubectl", "kubectl, whose kustomize renders install.yaml")
 	fs.StringVar(&o.License, "license", "LICENSE", "the license the plugin's archives hold")
 	fs.StringVar(&o.URL, "url", "", "where the release's files are downloaded from (krew's uri without the file name)")
 	o.Plugins = map[string]string{}
