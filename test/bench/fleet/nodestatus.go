@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -33,6 +34,10 @@ func kubeletLikeNode(node *corev1.Node, i int) {
 		"topology.kubernetes.io/region":    "region-1", "topology.kubernetes.io/zone": zone,
 	} {
 		node.Labels[k] = v
+	}
+	// A fleet running node-feature-discovery carries dozens of these.
+	for _, feature := range nodeFeatures {
+		node.Labels["feature.node.kubernetes.io/"+feature] = "true"
 	}
 	node.Annotations = map[string]string{
 		"node.alpha.kubernetes.io/ttl":                           "0",
@@ -75,6 +80,24 @@ func kubeletLikeNode(node *corev1.Node, i int) {
 		},
 		Images: kubeletLikeImageList(),
 	}
+	for v := range 4 {
+		volume := corev1.UniqueVolumeName(fmt.Sprintf("kubernetes.io/csi/ebs.csi.aws.com^vol-%s", hexOf(node.Name, strconv.Itoa(v))[:17]))
+		node.Status.VolumesInUse = append(node.Status.VolumesInUse, volume)
+		node.Status.VolumesAttached = append(node.Status.VolumesAttached, corev1.AttachedVolume{Name: volume, DevicePath: ""})
+	}
+}
+
+// nodeFeatures are node-feature-discovery's names for what a CPU, kernel
+// and PCI bus offer, as labels of the Node.
+var nodeFeatures = []string{
+	"cpu-cpuid.ADX", "cpu-cpuid.AESNI", "cpu-cpuid.AVX", "cpu-cpuid.AVX2", "cpu-cpuid.AVX512BW", "cpu-cpuid.AVX512CD",
+	"cpu-cpuid.AVX512DQ", "cpu-cpuid.AVX512F", "cpu-cpuid.AVX512VL", "cpu-cpuid.AVX512VNNI", "cpu-cpuid.CMPXCHG8",
+	"cpu-cpuid.FMA3", "cpu-cpuid.FXSR", "cpu-cpuid.FXSROPT", "cpu-cpuid.HYPERVISOR", "cpu-cpuid.LAHF", "cpu-cpuid.MOVBE",
+	"cpu-cpuid.MPX", "cpu-cpuid.OSXSAVE", "cpu-cpuid.SHA", "cpu-cpuid.SYSCALL", "cpu-cpuid.SYSEE", "cpu-cpuid.VAES",
+	"cpu-cpuid.VPCLMULQDQ", "cpu-cpuid.X87", "cpu-cpuid.XGETBV1", "cpu-cpuid.XSAVE", "cpu-cpuid.XSAVEC",
+	"cpu-cpuid.XSAVEOPT", "cpu-cpuid.XSAVES", "cpu-hardware_multithreading", "cpu-model.family",
+	"kernel-config.NO_HZ", "kernel-config.NO_HZ_IDLE", "kernel-version.major", "kernel-version.minor",
+	"pci-1d0f.present", "storage-nonrotationaldisk", "system-os_release.ID", "system-os_release.VERSION_ID",
 }
 
 // kubeletLikeImageList is the same 50 images on every node, as a fleet
