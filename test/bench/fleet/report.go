@@ -157,6 +157,9 @@ func (p plan) benchName() string {
 	if p.o.tokensDue > 0 {
 		path += "/tokens-due"
 	}
+	if p.o.kubeletLikeNodes {
+		path += "/kubelet-like-nodes"
+	}
 	if p.sel < p.n {
 		path += "/selected=" + strconv.Itoa(p.sel)
 		if p.o.idleWithoutStatusd {
