@@ -229,6 +229,8 @@ bench: build testbin nodebin node-packages images ## every performance figure in
 	go run nodeconfig.io/test/bench/fleet -nodes 1000 -tokens-due 60s | tee -a $(BENCH_OUT)
 	@# The same fleet around authentication (unix sockets): what TLS and the per-node tokens cost.
 	go run nodeconfig.io/test/bench/fleet -nodes 1000 -auth=false | tee -a $(BENCH_OUT)
+	@# The same fleet with Nodes of a real kubelet's size: what every status patch rewrites in etcd.
+	go run nodeconfig.io/test/bench/fleet -nodes 1000 -kubelet-like-nodes | tee -a $(BENCH_OUT)
 	go test -short -run '^$$' -bench KubeletRunsNewConfig -benchtime 20x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
 	go test -short -run '^$$' -bench BadConfigToHealthyLastKnownGood -benchtime 10x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
 	@echo; $(MAKE) --no-print-directory bench-table

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/procfs"
@@ -98,8 +99,7 @@ func memory(pid int) (resident, error) {
 
 // runtimeMemory summarises the Go runtime's memory gauges of a /metrics page.
 func runtimeMemory(page []byte) string {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(page))
+	families, err := parseMetrics(page)
 	if err != nil {
 		return err.Error()
 	}
@@ -151,8 +151,7 @@ func readSyncs(metricsAddr string) (syncCounts, error) {
 // parseSyncs reads syncCounts from the reconciler's /metrics page.
 func parseSyncs(page []byte) (syncCounts, error) {
 	var n syncCounts
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(page))
+	families, err := parseMetrics(page)
 	if err != nil {
 		return n, err
 	}
@@ -187,6 +186,12 @@ func parseSyncs(page []byte) (syncCounts, error) {
 		}
 	}
 	return n, nil
+}
+
+// parseMetrics reads a /metrics page in Prometheus's text format.
+func parseMetrics(page []byte) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(bytes.NewReader(page))
 }
 
 func fetch(url string) ([]byte, error) {
