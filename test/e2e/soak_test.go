@@ -9,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/framework/grpcspy"
 	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
 )
 
 // "Assigned only updates in the status after the record has been
@@ -80,17 +82,32 @@ func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
 // "This is currently implemented as a 10-minute soak period starting when
 // the local record of Assigned config is updated." A SIGKILL of every
 // service mid-soak does not move the start: it is the durable write time.
+// The node's agent, which the reconcilers reach through a spy, is asked to
+// promote once: not before the soak's durable end, and before a soak
+// started again at the restart would end.
 func TestRestartsMidSoakDoNotResetTheSoakClock(t *testing.T) {
-	e := newEnv(t, 1)
+	const soak = 10 * time.Second
+	e := newNodes(t, 1, func(int) sim.NodeOptions { return sim.NodeOptions{} })
 	n := e.nodes[0]
+	spy := grpcspy.Start(t, "unix://"+n.Socket)
+	through := []string{"--agent-address", n.Name + "=" + spy.Target}
+	e.startReconciler("r0", through...)
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
-	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(6)})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(soak / time.Second)})
 	e.waitNode(n.Name, 20*time.Second, "soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return rv(st.Active) == cm.ResourceVersion && reasonIs(c, "Soaking")
 	})
 	assigned := proto.Clone(e.records(0).GetAssigned()).(*nodeconfigv1.AssignedRecord)
 	active := proto.Clone(e.records(0).GetActive()).(*nodeconfigv1.SourceRecord)
+	wantEnd := active.GetWrittenAt().AsTime().Add(soak)
+	// Half-way through: a soak started again at the restart would end half
+	// a soak after the durable one.
+	time.Sleep(time.Until(wantEnd.Add(-soak / 2)))
+	if time.Now().After(wantEnd.Add(-soak / 4)) {
+		t.Fatalf("the soak is at %v of %v before the kill: too late to tell a restarted soak apart on this machine", soak-time.Until(wantEnd), soak)
+	}
 
+	killed := time.Now()
 	e.reconciler.Kill()
 	n.Statusd.Kill()
 	n.Checkpointd.Kill()
@@ -106,7 +123,7 @@ func TestRestartsMidSoakDoNotResetTheSoakClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.reconciler = nil
-	e.startReconciler("r1")
+	e.startReconciler("r1", through...)
 
 	if got := e.records(0).GetAssigned(); !proto.Equal(got, assigned) {
 		t.Fatalf("assigned record changed across restarts:\nbefore %v\nafter  %v", assigned, got)
@@ -114,24 +131,23 @@ func TestRestartsMidSoakDoNotResetTheSoakClock(t *testing.T) {
 	if got := e.records(0).GetActive(); !proto.Equal(got, active) {
 		t.Fatalf("active record changed across restarts:\nbefore %v\nafter  %v", active, got)
 	}
-	// The soak runs from the durable time the config became active.
-	wantEnd := active.GetWrittenAt().AsTime().Add(6 * time.Second)
-	err := proc.WaitFor(10*time.Second, func() (bool, error) {
-		st := e.nodeState(n.Name)
-		if st.GetState() == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE {
-			return true, nil
-		}
-		if st.GetSoakEndsTime() != nil && !st.GetSoakEndsTime().AsTime().Equal(wantEnd) {
-			t.Fatalf("reconciler after restart ends the soak at %v, want %v (active written_at + soak)", st.GetSoakEndsTime().AsTime(), wantEnd)
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	if err := proc.WaitFor(soak+20*time.Second, func() (bool, error) {
+		return e.records(0).GetLastKnownGood() != nil, nil
+	}); err != nil {
+		t.Fatalf("never promoted: %v", err)
 	}
 	lkg := e.records(0).GetLastKnownGood()
 	if lkg.GetWrittenAt().AsTime().Before(wantEnd) {
 		t.Fatalf("promoted at %v, before the soak ended at %v", lkg.GetWrittenAt().AsTime(), wantEnd)
+	}
+	e.resync(n.Name, 20*time.Second)
+	promotions := spy.Calls(nodeconfigv1.CheckpointService_PromoteLastKnownGood_FullMethodName)
+	if len(promotions) != 1 {
+		t.Fatalf("the node's agent was asked to promote %d times (%v), want once", len(promotions), promotions)
+	}
+	restarted := killed.Add(soak)
+	if at := promotions[0].At; at.Before(wantEnd) || !at.Before(restarted) {
+		t.Fatalf("the node's agent was asked to promote at %v; want at the soak's durable end %v, before a soak started again at the kill would end (%v)", at, wantEnd, restarted)
 	}
 }
 
