@@ -57,6 +57,10 @@ func (o *options) Run(p *servekit.Process) error {
 	if err != nil {
 		return err
 	}
+	locate, err := o.locateKubelet()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if gate != nil && healthGates {
@@ -70,7 +74,7 @@ func (o *options) Run(p *servekit.Process) error {
 	ckd, err := server.Open(server.Options{
 		StateDir: o.stateDir, TargetDir: o.targetDir, TargetFile: o.targetFile, KubeletConfig: o.kubeletConfig, NoSync: o.noFsync, Rules: o.rules,
 		MaxWatchers: o.maxWatchers, Registerer: srv.Registry, Log: p.Log, Consumer: gate, GuardDir: o.guardDir(gate != nil),
-		GuardRuntimeEndpoint: o.guardRuntimeEndpoint(), GuardHostTargetDir: o.guardHostTargetDir,
+		GuardRuntimeEndpoint: o.guardRuntimeEndpoint(), GuardHostTargetDir: o.guardHostTargetDir, LocateKubelet: locate,
 	})
 	if err != nil {
 		return err

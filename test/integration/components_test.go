@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,5 +69,42 @@ func TestOptionalComponentsBuildAndApply(t *testing.T) {
 		if !strings.Contains(rules, alert) {
 			t.Errorf("alert %s missing from the applied rule (%s)", alert, rules)
 		}
+	}
+}
+
+// The overlay docs/install.md gives for another namespace moves every
+// subject with the install: nothing is left naming nodeconfig-system.
+func TestAnotherNamespaceOverlayFromTheDocs(t *testing.T) {
+	root, err := proc.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(doc), "<!-- namespace-overlay:begin -->\n```yaml\n")
+	block, _, ok2 := strings.Cut(block, "```\n<!-- namespace-overlay:end -->")
+	if !ok || !ok2 {
+		t.Fatal("docs/install.md has no namespace-overlay block")
+	}
+	// kustomize takes only relative paths: the overlay sits next to deploy/.
+	dir, err := os.MkdirTemp(root, ".namespace-overlay-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(block), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	built, err := kubectl(t, "", "kustomize", dir)
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v\n%s", err, built)
+	}
+	if n := strings.Count(built, "nodeconfig-system"); n != 0 {
+		t.Errorf("the overlay leaves %d mentions of nodeconfig-system:\n%s", n, built)
+	}
+	if n := strings.Count(built, "namespace: team-infra"); n < 10 {
+		t.Errorf("only %d objects or subjects in team-infra", n)
 	}
 }

@@ -11,7 +11,7 @@
 //     projecting a node's records onto its Node;
 //   - the paths a person follows as documented: 'make run' (test/cmd/localrun)
 //     and its Ctrl-C, the commands it prints, the kubectl plugin against it,
-//     and the README's grpcurl walk-through.
+//     and the grpcurl walk-through of docs/grpc.md.
 //
 // A test of several services on a rollout belongs in e2e, one that kills a
 // service mid-write in crash, one that needs a real kubelet in realnode. The

@@ -33,7 +33,7 @@ func TestThePoliciesHoldEveryFieldTheyDoNotAllow(t *testing.T) {
 		// whole objects compared at once
 		whole []string
 	}{
-		{"rbac.yaml", "nodeconfig-agent-own-node", map[string]heldFields{
+		{"rbac.yaml", "nodeconfig-status-own-node", map[string]heldFields{
 			"metadata": {metav1.ObjectMeta{}, append([]string{"annotations"}, serverSet...)},
 			"status":   {corev1.NodeStatus{}, []string{"conditions"}},
 		}, []string{"spec"}},

@@ -73,14 +73,10 @@ func launch(target, socket string) error {
 	}
 	_ = conn.Close()
 	_ = unix.Close(listener)
-	env := make([]string, 0, len(os.Environ()))
-	for _, kv := range os.Environ() {
-		if len(kv) >= len(envExec) && kv[:len(envExec)] == envExec || len(kv) >= len(envSocket) && kv[:len(envSocket)] == envSocket {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return syscall.Exec(target, append([]string{target}, os.Args[1:]...), env)
+	// The program does not see the launcher's environment.
+	_ = os.Unsetenv(envExec)
+	_ = os.Unsetenv(envSocket)
+	return syscall.Exec(target, append([]string{target}, os.Args[1:]...), os.Environ())
 }
 
 // filter is the seccomp program: every sync call of this architecture

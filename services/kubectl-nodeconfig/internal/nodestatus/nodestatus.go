@@ -65,6 +65,7 @@ var meanings = map[string]string{
 	v1alpha1.NodeReasonDownloadFailed:         "the node could not download the assigned config; it retries with backoff and nothing rolled back",
 	v1alpha1.NodeReasonCheckpointFailed:       "the node could not checkpoint the assigned config; it retries with backoff and nothing rolled back",
 	records.ReasonWriteFailed:                 "the node could not write the config file (a read-only or full disk); it retries with backoff and nothing rolled back",
+	records.ReasonKubeletNoConfigDir:          "the node's kubelet runs without --config-dir, so it reads no drop-in and none is written; the message says the flag to add, and the node goes on by itself once the kubelet has it",
 	v1alpha1.NodeReasonActivating:             "the config is assigned and about to be activated",
 	v1alpha1.NodeReasonRestarting:             "the config is active and the agent is restarting the kubelet onto it; the soak has not begun",
 	v1alpha1.NodeReasonWaitingForHealth:       "the config is active and the agent waits for the kubelet's healthz; the soak has not begun",

@@ -16,6 +16,7 @@ import (
 	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/reconciler/internal/policy"
 	"nodeconfig.io/services/reconciler/internal/rollout"
 )
@@ -28,13 +29,7 @@ const statusCoalesce = 2 * time.Second
 
 // validators maps a NodeConfig's spec.validator to checkpointd's; empty
 // means YAML.
-var validators = map[string]nodeconfigv1.Validator{
-	"":        nodeconfigv1.Validator_VALIDATOR_YAML,
-	"yaml":    nodeconfigv1.Validator_VALIDATOR_YAML,
-	"json":    nodeconfigv1.Validator_VALIDATOR_JSON,
-	"kubelet": nodeconfigv1.Validator_VALIDATOR_KUBELET,
-	"none":    nodeconfigv1.Validator_VALIDATOR_NONE,
-}
+var validators = configcheck.Validators
 
 // syncNode runs the lifecycle policy for one node.
 func (c *Controller) syncNode(ctx context.Context, name string) (next time.Duration, err error) {
@@ -291,7 +286,7 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 		return policy.Desired{Mode: policy.ModeLeave, Unjudged: err}, nil
 	}
 	d.Data = data
-	d.Admit = c.pace(nc, node.Name, rollout.VersionOf(d.Source, d.Validator))
+	d.Admit = c.pace(nc, node.Name, rollout.Want{Source: d.Source, Validator: d.Validator, Runs: d.Runs})
 	return d, nil
 }
 

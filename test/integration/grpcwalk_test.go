@@ -13,21 +13,21 @@ import (
 	"nodeconfig.io/test/framework/sim"
 )
 
-// The README's grpcurl walk-through, run as written: each command's output
-// holds every line the README shows under it (no lines shown: no output).
-func TestReadmeGrpcurlWalkthrough(t *testing.T) {
+// The grpcurl walk-through of docs/grpc.md, run as written: each command's output
+// holds every line the page shows under it (no lines shown: no output).
+func TestGrpcurlWalkthroughOfTheDocs(t *testing.T) {
 	root, err := proc.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(root, "docs", "grpc.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, block, ok := strings.Cut(string(readme), "<!-- walkthrough:begin -->")
 	block, _, ok2 := strings.Cut(block, "<!-- walkthrough:end -->")
 	if !ok || !ok2 {
-		t.Fatal("README has no walkthrough markers")
+		t.Fatal("docs/grpc.md has no walkthrough markers")
 	}
 	type step struct {
 		command string
