@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 
+	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/test/framework/grpcspy"
 	"nodeconfig.io/test/framework/proc"
@@ -15,8 +16,9 @@ import (
 
 // HA: the leader is killed mid-soak; the standby takes over through the
 // Lease and promotes at the soak's durable end, exactly once: the node's
-// agent, which both replicas reach through a spy, receives one promotion,
-// not before the soak's end.
+// agent, which both replicas reach through a spy, is asked to promote
+// once, not before the soak's end, and before a soak begun again at the
+// standby's first call would end.
 func TestLeaderFailoverMidSoakPromotesOnTime(t *testing.T) {
 	e := newNodes(t, 1, func(int) sim.NodeOptions { return sim.NodeOptions{} })
 	n := e.nodes[0]
@@ -29,9 +31,9 @@ func TestLeaderFailoverMidSoakPromotesOnTime(t *testing.T) {
 	e.waitNode(n.Name, 20*time.Second, "soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return rv(st.Active) == cm.ResourceVersion && reasonIs(c, "Soaking")
 	})
-	recs := e.records(0)
-	soakEnd := recs.GetAssigned().GetWrittenAt().AsTime().Add(8 * time.Second)
+	soakEnd := records.SoakEnd(e.records(0))
 	leader.Kill()
+	killed := time.Now()
 	e.reconciler = standby
 	err := proc.WaitFor(30*time.Second, func() (bool, error) {
 		return e.records(0).GetLastKnownGood() != nil, nil
@@ -54,6 +56,17 @@ func TestLeaderFailoverMidSoakPromotesOnTime(t *testing.T) {
 	}
 	if promotions[0].At.Before(soakEnd) {
 		t.Fatalf("the node's agent was asked to promote at %v, before the soak ended at %v", promotions[0].At, soakEnd)
+	}
+	// The standby's first call reaches the agent once it leads.
+	var took time.Time
+	for _, c := range spy.Calls("") {
+		if c.At.After(killed) {
+			took = c.At
+			break
+		}
+	}
+	if restarted := took.Add(8 * time.Second); !promotions[0].At.Before(restarted) {
+		t.Fatalf("the node's agent was asked to promote at %v, not before a soak begun again at the standby's first call (%v) would end at %v", promotions[0].At, took, restarted)
 	}
 	if got := e.records(0).GetLastKnownGood(); !proto.Equal(got, lkg) {
 		t.Fatalf("last-known-good was written again: %v, first %v", got, lkg)
