@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,16 +13,19 @@ import (
 	"nodeconfig.io/test/framework/grpcspy"
 	"nodeconfig.io/test/framework/proc"
 	"nodeconfig.io/test/framework/sim"
+	"nodeconfig.io/test/framework/storefile"
 )
 
 // "Assigned only updates in the status after the record has been
 // checkpointed to disk." Every state checkpointd ever records has the
-// payload of its assigned config on disk.
+// payload of its assigned config on disk: read from the store file by this
+// process once checkpointd stopped, not asked of checkpointd.
 func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
 	e := newEnv(t, 1)
+	n := e.nodes[0]
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	stream, err := e.nodes[0].Checkpoint().WatchRecords(ctx, &nodeconfigv1.WatchRecordsRequest{})
+	stream, err := n.Checkpoint().WatchRecords(ctx, &nodeconfigv1.WatchRecordsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,33 +47,44 @@ func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
 		if i == 0 {
 			e.use(e.label, "cfg", nil)
 		}
-		e.waitNode(e.nodes[0].Name, 20*time.Second, "active", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		e.waitNode(n.Name, 20*time.Second, "active", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
 			return rv(st.Active) == cm.ResourceVersion
 		})
 	}
+	// Stopped, checkpointd records nothing more (its watch ends) and
+	// releases the store file's lock; it is started again for the
+	// cleanup's reset.
+	if err := n.Checkpointd.Stop(10 * time.Second); err != nil {
+		t.Fatalf("checkpointd did not stop cleanly: %v", err)
+	}
+	onDisk, err := storefile.Payloads(filepath.Join(n.Dir, "state", "checkpoints.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Checkpointd.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.WaitFor(10*time.Second, func() (bool, error) {
+		_, err := n.Checkpoint().GetRecords(e.ctx, &nodeconfigv1.GetRecordsRequest{})
+		return err == nil, err
+	}); err != nil {
+		t.Fatalf("checkpointd started again does not answer: %v", err)
+	}
 	assignedSeen := map[string]bool{}
-	for {
-		var recs *nodeconfigv1.Records
-		select {
-		case recs = <-seen:
-		default:
-		}
-		if recs == nil {
-			break
-		}
+	for recs := range seen {
 		a := recs.GetAssigned().GetSource()
 		if a == nil {
 			continue
 		}
 		assignedSeen[a.GetResourceVersion()] = true
-		cp, err := e.nodes[0].Checkpoint().GetCheckpoint(e.ctx, &nodeconfigv1.GetCheckpointRequest{Uid: a.GetUid(), ResourceVersion: a.GetResourceVersion()})
-		if err != nil {
-			t.Fatalf("revision %d assigns %s/%s, which has no checkpoint: %v", recs.GetRevision(), a.GetUid(), a.GetResourceVersion(), err)
+		p, ok := onDisk[a.GetUid()+"/"+a.GetResourceVersion()]
+		if !ok {
+			t.Fatalf("revision %d assigns %s/%s, whose payload is not in the store file", recs.GetRevision(), a.GetUid(), a.GetResourceVersion())
 		}
 		// The order too: the checkpoint was stored before the assignment
 		// naming it was recorded (both stamped by the node's store).
-		if stored, assigned := cp.GetCheckpoint().GetStoredAt().AsTime(), recs.GetAssigned().GetWrittenAt().AsTime(); stored.After(assigned) {
-			t.Fatalf("resourceVersion %s was assigned at %v, before its checkpoint was stored at %v", a.GetResourceVersion(), assigned, stored)
+		if assigned := recs.GetAssigned().GetWrittenAt().AsTime(); p.StoredAt.After(assigned) {
+			t.Fatalf("resourceVersion %s was assigned at %v, before its checkpoint was stored at %v", a.GetResourceVersion(), assigned, p.StoredAt)
 		}
 	}
 	for _, v := range want {
