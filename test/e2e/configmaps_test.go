@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"nodeconfig.io/test/framework/audit"
@@ -38,7 +39,9 @@ func TestUnrelatedConfigMapsDoNotGrowTheReconciler(t *testing.T) {
 	before := vmHWM(t, e.reconciler.Pid())
 
 	ns := e.ns + "-unrelated"
-	if _, err := e.c.Client.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	// An earlier run of this test (-count) left it, emptied: the test
+	// cluster runs no namespace controller to delete it.
+	if _, err := e.c.Client.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

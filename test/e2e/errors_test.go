@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -80,6 +81,10 @@ func TestEarlyErrorMissingConfigMapRetriesWithBackoffAndHeals(t *testing.T) {
 	spy := grpcspy.Start(t, "unix://"+e.nodes[0].Socket)
 	// A cap far enough away that the growth is seen even on a slow machine.
 	e.startReconciler("r0", "--retry-max-delay", "10s", "--agent-address", node+"="+spy.Target)
+	// Not there yet, even where an earlier run of this test (-count) made it.
+	if err := e.c.Client.CoreV1().ConfigMaps(e.ns).Delete(e.ctx, "not-yet", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	used := time.Now()
 	e.use(e.label, "not-yet", nil)
 	e.waitNode(node, 20*time.Second, "download failure reported", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
