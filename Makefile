@@ -190,7 +190,7 @@ RACE_E2E  := ^($(shell paste -sd'|' $(RACE_LIST)))$$
 
 test: lint build build-race testbin nodebin node-packages promtool images ## lint, then every unit and integration test (the alert rules' with promtool), the race pass, the real node, and one pass of each benchmark
 	go test -run '^$$' -bench . -benchtime 1x nodeconfig.io/services/... nodeconfig.io/test/e2e
-	go run nodeconfig.io/test/bench/fleet -nodes 20 -cold-reviews=false
+	go run nodeconfig.io/test/bench/fleet -nodes 20 -cold-reviews=false -fail-on-failed-sync
 	go test $(TEST_FLAGS) $$(go list $(PACKAGES) | grep -v /test/realnode)
 	@# The release's tools, outside go.work: OCI archives, and the Helm chart against deploy/.
 	GOWORK=off go -C tools test $(TEST_FLAGS) ./cmd/ocibuild

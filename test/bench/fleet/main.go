@@ -79,6 +79,7 @@ func run(o options) (err error) {
 		r.reportAPICalls,
 		r.reportMemory,
 		r.reportBenchmark,
+		r.checkSyncs,
 	} {
 		if err := phase(); err != nil {
 			return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -138,6 +139,19 @@ func (s syncCounts) since(before syncCounts) syncCounts {
 // outcomes says how the node syncs that did not simply succeed ended.
 func (s syncCounts) outcomes() string {
 	return fmt.Sprintf("%.0f failed and retried with backoff, %.0f waited for their ConfigMap's first listing", s.nodesFailed, s.nodesWaited)
+}
+
+// noneFailed is an error when a node sync failed: the run's outcome, not
+// its speed, so it holds however loaded the machine is.
+func (s syncCounts) noneFailed() error {
+	if s.nodes == 0 {
+		// A renamed series would read as no failure at all.
+		return errors.New("the reconciler's /metrics counts no node sync: nodeconfig_reconciler_syncs_total{queue=\"nodes\"} is missing")
+	}
+	if s.nodesFailed > 0 {
+		return fmt.Errorf("%.0f of the reconciler's %.0f node syncs failed during the run (its log says why)", s.nodesFailed, s.nodes)
+	}
+	return nil
 }
 
 func readSyncs(metricsAddr string) (syncCounts, error) {

@@ -15,7 +15,7 @@ const defaultSoak = 20 * time.Second
 type options struct {
 	nodes, selected, workers, perProcess       int
 	fsync, keep, auth, coldReviews, policyCost bool
-	kubeletLikeNodes                           bool
+	kubeletLikeNodes, failOnFailedSync         bool
 	idleWithoutStatusd, priorityAndFairness    bool
 	profiles, maxInTrial                       string
 	ceiling, idle, soak, tokensDue             time.Duration
@@ -53,6 +53,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.priorityAndFairness, "priority-and-fairness", true, "run the API server with API Priority and Fairness, as clusters run it, and with -auth the agents in the priority level of deploy/flowcontrol.yaml; false: past 400 reads or 200 writes in flight it answers 429")
 	fs.BoolVar(&o.policyCost, "policy-cost", true, "with -auth, after the write ceiling, measure the API server's CPU per Node write with the agents' admission policy bound and unbound (it matches every Node update, the kubelets' too)")
 	fs.BoolVar(&o.coldReviews, "cold-reviews", true, "with -auth, the change waits until every agent's cached review of its token has expired (a minute after the last TokenReview in the audit log), as after any quiet spell, so that fleets of every size run it alike; false: it follows the first rollout's promotion and the idle measurement at once")
+	fs.BoolVar(&o.failOnFailedSync, "fail-on-failed-sync", false, "exit non-zero when any of the reconciler's node syncs failed during the run (its nodeconfig_reconciler_syncs_total{queue=\"nodes\",result=\"error\"}): a smoke test, where the fleet is too small for a failure to be load")
 	fs.DurationVar(&o.tokensDue, "tokens-due", 0, "the change as after a quiet hour: every node's token falls due for renewal this long after it was minted (the reconciler's --agent-token-renew-after), and the settled fleet idles that long and 5 s more before the change, past the agents' one-minute review cache too (0: the change follows the first rollout at once)")
 }
 

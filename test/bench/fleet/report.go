@@ -139,6 +139,20 @@ func (r *fleetRun) reportBenchmark() error {
 	return nil
 }
 
+// checkSyncs fails the run, with -fail-on-failed-sync, when any node
+// sync failed since the reconciler started: the first rollout, the change
+// and the promotions after it.
+func (r *fleetRun) checkSyncs() error {
+	if !r.o.failOnFailedSync {
+		return nil
+	}
+	s, err := readSyncs(r.metricsAddr)
+	if err != nil {
+		return fmt.Errorf("read the reconciler's syncs: %w", err)
+	}
+	return s.noneFailed()
+}
+
 // benchName names the benchmark after the options that change its
 // figures, so that the bench table keeps their runs apart. Without
 // authentication the name says so: the plain name is the installed

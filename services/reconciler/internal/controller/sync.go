@@ -374,7 +374,9 @@ func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, r
 // policy asks, or the NodeConfig's periodic reconcile.
 func (c *Controller) scheduleLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, res policy.Result) time.Duration {
 	if res.Err != nil {
-		return info.NextReconcile.Sub(c.o.Now())
+		// Never 0: processNext would take that for no delay and ask the
+		// rate limiter for one, a failure counted twice.
+		return max(info.NextReconcile.Sub(c.o.Now()), time.Millisecond)
 	}
 	var next time.Duration
 	switch {
