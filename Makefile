@@ -51,7 +51,7 @@ VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION) -X node
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
-.PHONY: help tools testbin nodebin node-packages promtool generate build lint test test-unit bench fleet-bench store-bench bench-table fleet run cluster clean fuzz images build-race
+.PHONY: help tools testbin nodebin node-packages promtool generate build lint test test-unit bench fleet-bench store-bench bench-table fleet fleet-plugin run cluster clean fuzz images build-race
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -255,6 +255,9 @@ bench-table: ## the table of docs/performance.md rendered again from docs/bench/
 
 fleet: build testbin nodebin ## the fleet benchmark alone, nothing saved: FLEET_NODES simulated nodes (default 1000)
 	go run nodeconfig.io/test/bench/fleet -nodes $(FLEET_NODES)
+
+fleet-plugin: build testbin nodebin ## kubectl nodeconfig against a settled fleet of FLEET_NODES (status fits a screen, -o yaml round-trips, their times), the change's other measurements skipped
+	go run nodeconfig.io/test/bench/fleet -nodes $(FLEET_NODES) -plugin -ceiling 0 -idle 0 -policy-cost=false -cold-reviews=false
 
 fuzz: ## fuzz each target for FUZZTIME (default 30s)
 	@hack/fuzz.sh $(FUZZTIME)

@@ -17,6 +17,7 @@ type options struct {
 	fsync, keep, auth, coldReviews, policyCost bool
 	kubeletLikeNodes, failOnFailedSync         bool
 	idleWithoutStatusd, priorityAndFairness    bool
+	plugin                                     bool
 	profiles, maxInTrial                       string
 	ceiling, idle, soak, tokensDue             time.Duration
 	reconcilerFlags                            []string
@@ -36,6 +37,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.selected, "select", 0, "how many of the nodes the NodeConfig selects (0: all); the others' agents run idle beside the rollout, so a rollout of one size can be measured in clusters of others")
 	fs.BoolVar(&o.idleWithoutStatusd, "idle-without-statusd", false, "with -select, the idle nodes run their checkpointd alone: no statusd, so no API connection or Node watch of theirs")
 	fs.BoolVar(&o.kubeletLikeNodes, "kubelet-like-nodes", false, fmt.Sprintf("create each Node as a real kubelet reports it (labels, addresses, capacity, conditions, system info, %d images; about 20 kB of JSON): every status patch rewrites the whole object in etcd, so its size is part of a change's cost; false: a Node of its name and two labels", kubeletLikeImages))
+	fs.BoolVar(&o.plugin, "plugin", false, "at the end, run the built kubectl plugin (bin/kubectl-nodeconfig) against the settled fleet: status must fit a screen and -o yaml hold what -o json does; their times are printed")
 	fs.BoolVar(&o.fsync, "fsync", false, "fsync every store commit and every config file written; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
 	fs.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the state directory")

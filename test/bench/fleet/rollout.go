@@ -45,7 +45,7 @@ func (r *fleetRun) startReconciler() error {
 	if err != nil {
 		return err
 	}
-	r.reconciler = p
+	r.reconciler, r.reconcilerAddr = p, addr
 	r.onStop(func() { _ = p.Stop(10 * time.Second) })
 	return nil
 }
