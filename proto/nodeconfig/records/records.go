@@ -64,6 +64,18 @@ const (
 	// from its own flags, so a reconciler that let it through cannot
 	// lift it.
 	ReasonRefusedByPolicy = "RefusedByPolicy"
+
+	// ReasonDrainFailed is the early error of a node whose drain before a
+	// change (a kubelet field that needs one, or the NodeConfig's
+	// spec.rollout.drain) did not finish within its bound: its message
+	// names the pods left. The node is uncordoned, its kubelet not
+	// restarted, nothing rolled back; the drain is tried again later.
+	ReasonDrainFailed = "DrainFailed"
+
+	// ReasonChangeRefused is the late error of a config that changes a
+	// kubelet field the agent refuses to change on a running node (the
+	// cgroup layout: docs/disruption.md): nothing is written.
+	ReasonChangeRefused = "ChangeRefused"
 )
 
 // Status projects r onto the NodeConfigStatus a node reports, so that

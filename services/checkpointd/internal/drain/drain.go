@@ -43,18 +43,18 @@ type Node struct {
 // tolerates it is scheduled onto the node cordoned or not.
 var unschedulableTaint = corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
 
-// Cordon marks the node unschedulable. cordoned is false when it already
-// was (an operator's cordon): then the drain must not uncordon it after.
-func (n Node) Cordon(ctx context.Context) (cordoned bool, err error) {
+// Cordoned says whether the node is unschedulable now: an operator's
+// cordon, which a drain must not lift after it, or one a drain set.
+func (n Node) Cordoned(ctx context.Context) (bool, error) {
 	node, err := n.Kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 	if err != nil {
 		return false, fmt.Errorf("read Node %s: %w", n.Name, err)
 	}
-	if node.Spec.Unschedulable {
-		return false, nil
-	}
-	return true, n.setUnschedulable(ctx, true)
+	return node.Spec.Unschedulable, nil
 }
+
+// Cordon marks the node unschedulable.
+func (n Node) Cordon(ctx context.Context) error { return n.setUnschedulable(ctx, true) }
 
 // Uncordon marks the node schedulable again.
 func (n Node) Uncordon(ctx context.Context) error { return n.setUnschedulable(ctx, false) }
