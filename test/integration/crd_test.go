@@ -39,6 +39,9 @@ func TestInvalidNodeConfigIsRefusedByTheAPIServer(t *testing.T) {
 		"prometheus file":   {"nodeSelector: {}\nhealth: {prometheus: {url: 'file:///etc/passwd', query: up}}", "url must be an http or https URL"},
 		"prometheus query":  {"nodeSelector: {}\nhealth: {prometheus: {url: 'http://127.0.0.1:9090'}}", "spec.health.prometheus.query: Required value"},
 		"condition status":  {"nodeSelector: {}\nhealth: {conditions: [{type: KernelDeadlock, status: Maybe}]}", `Unsupported value: "Maybe"`},
+		"drain bound 0":     {"nodeSelector: {}\nrollout: {drain: {timeoutSeconds: 0}}", "spec.rollout.drain.timeoutSeconds: Invalid value: 0"},
+		"drain bound -1":    {"nodeSelector: {}\nrollout: {drain: {timeoutSeconds: -1}}", "spec.rollout.drain.timeoutSeconds: Invalid value: -1"},
+		"drain when":        {"nodeSelector: {}\nrollout: {drain: {when: Sometimes}}", `Unsupported value: "Sometimes"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			doc := "apiVersion: nodeconfig.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: invalid}\nspec:\n  " + strings.ReplaceAll(tc.spec, "\n", "\n  ") + "\n"

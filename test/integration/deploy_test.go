@@ -50,7 +50,9 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 	}{
 		{agent, "get nodes", true},
 		{agent, "watch nodes", true},
-		{agent, "patch nodes", false},
+		{agent, "patch nodes", true}, // spec.unschedulable of its own, held by nodeconfig-agent-own-node
+		{agent, "create pods --subresource=eviction -n default", true},
+		{agent, "delete pods -n default", false},
 		{agent, "patch nodes --subresource=status", true},
 		{agent, "delete nodes", false},
 		{agent, "create nodes", false},
@@ -198,8 +200,26 @@ func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
 	if updated.Annotations[v1alpha1.NodeAnnotationConfigStatus] != "{}" {
 		t.Fatal("the status subresource dropped the annotation")
 	}
-	if _, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err == nil {
-		t.Fatal("agent patched a Node spec")
+	// A drain's cordon: spec.unschedulable of its own Node, and nothing
+	// else of any spec.
+	cordon := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := agent.CoreV1().Nodes().Patch(ctx, "other-node", types.MergePatchType, cordon, metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "only write the Node it runs on") {
+		t.Fatalf("agent cordoned another node: %v", err)
+	}
+	if n, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil || !n.Spec.Unschedulable {
+		t.Fatalf("agent could not cordon its own node: %v", err)
+	}
+	if _, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("agent could not uncordon its own node: %v", err)
+	}
+	for what, p := range map[string]string{
+		"a taint":      `{"spec":{"taints":[{"key":"example.com/evil","effect":"NoSchedule"}]}}`,
+		"its podCIDR":  `{"spec":{"podCIDR":"10.9.0.0/24"}}`,
+		"its provider": `{"spec":{"providerID":"aws:///us-east-1a/i-0"}}`,
+	} {
+		if _, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(p), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "may change only spec.unschedulable") {
+			t.Errorf("agent changed %s of its own Node: %v", what, err)
+		}
 	}
 	// Of its own Node, only its condition and its annotation.
 	refusedOwn(t, agent, "own-node")

@@ -36,7 +36,9 @@ func TestThePoliciesHoldEveryFieldTheyDoNotAllow(t *testing.T) {
 		{"rbac.yaml", "nodeconfig-agent-own-node", map[string]heldFields{
 			"metadata": {metav1.ObjectMeta{}, append([]string{"annotations"}, serverSet...)},
 			"status":   {corev1.NodeStatus{}, []string{"conditions"}},
-		}, []string{"spec"}},
+			// A drain's cordon.
+			"spec": {corev1.NodeSpec{}, []string{"unschedulable"}},
+		}, nil},
 		{"rbac.yaml", "nodeconfig-reconciler-abandon-mark", map[string]heldFields{
 			"metadata": {metav1.ObjectMeta{}, append([]string{"annotations"}, serverSet...)},
 		}, []string{"spec"}},
