@@ -85,23 +85,37 @@ func (s Systemd) connect(ctx context.Context) (*dbus.Conn, error) {
 // removeStateFiles is the step between a kubelet's stop and its start that
 // removes names from its root directory, durably, and records that they
 // are gone, so that a restart after it leaves the new kubelet's alone.
+//
+// A file it cannot remove (no root directory known, a read-only mount)
+// holds nothing up: the kubelet is started anyway, refuses to run on the
+// new config, and the gate rolls it back to the config the file was
+// written under, which runs; the error is logged, and the kubelet's own
+// exit line, which names the file, goes into the rollback's message.
 func (g *Gate) removeStateFiles(active *nodeconfigv1.ConfigSource, names []string) func() error {
 	return func() error {
-		if g.KubeletRootDir == "" {
-			return fmt.Errorf("the kubelet's state files %q must go before it starts on %s, and no kubelet root directory is known (--kubelet-root-dir)", names, records.Describe(active))
-		}
-		for _, name := range names {
-			if !filepath.IsLocal(name) {
-				return fmt.Errorf("state file %q is not a path inside the kubelet's root directory", name)
-			}
-			if err := atomicfile.Remove(filepath.Join(g.KubeletRootDir, name)); err != nil {
-				return fmt.Errorf("remove the kubelet's state file: %w", err)
-			}
+		if err := g.removeStateFilesNow(names); err != nil {
+			g.Log.Error("cannot remove the kubelet's state files its new config refuses; restarting it anyway", "err", err, "files", names, "active", records.Describe(active))
+			return nil
 		}
 		if _, err := g.Lifecycle.StateFilesRemoved(active); err != nil {
-			return err
+			g.Log.Error("consumer gate: write records", "err", err)
 		}
 		g.Log.Info("removed the kubelet's state files while it was down", "dir", g.KubeletRootDir, "files", names, "active", records.Describe(active))
 		return nil
 	}
+}
+
+func (g *Gate) removeStateFilesNow(names []string) error {
+	if g.KubeletRootDir == "" {
+		return fmt.Errorf("no kubelet root directory is known (--kubelet-root-dir)")
+	}
+	for _, name := range names {
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("state file %q is not a path inside the kubelet's root directory", name)
+		}
+		if err := atomicfile.Remove(filepath.Join(g.KubeletRootDir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

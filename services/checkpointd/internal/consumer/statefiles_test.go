@@ -87,28 +87,30 @@ func TestStateFilesGoBetweenTheStopAndTheStart(t *testing.T) {
 }
 
 // A restarter that cannot act between a stop and a start gets the files
-// removed before its restart; a failed removal restarts nothing.
+// removed before its restart. One it cannot remove holds nothing up: the
+// kubelet is restarted, and nothing says they went.
 func TestStateFilesGoBeforeARestarterThatCannotWait(t *testing.T) {
 	root := t.TempDir()
-	node := &fakeNode{recs: &nodeconfigv1.Records{
-		Active: &nodeconfigv1.SourceRecord{Source: src("2")},
-		Consumer: &nodeconfigv1.ConsumerRecord{Source: src("2"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING,
-			Disruption: &nodeconfigv1.Disruption{Remove: []string{"memory_manager_state"}}},
-	}}
+	restarting := func() *nodeconfigv1.ConsumerRecord {
+		return &nodeconfigv1.ConsumerRecord{Source: src("2"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING,
+			Disruption: &nodeconfigv1.Disruption{Remove: []string{"memory_manager_state"}}}
+	}
+	node := &fakeNode{recs: &nodeconfigv1.Records{Active: &nodeconfigv1.SourceRecord{Source: src("2")}, Consumer: restarting()}}
 	g, r, _ := newTestGate(t, node)
 	failures := 0
-	// No root directory known: the restart fails and is retried.
+	// No root directory known.
 	g.step(context.Background(), &failures)
-	if r.n != 0 || phase(node) != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING {
-		t.Fatalf("%d restarts, consumer %v; want none, still RESTARTING", r.n, node.recs.GetConsumer())
+	if r.n != 1 || phase(node) != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_WAITING || node.recs.GetConsumer().GetDisruption().GetRemoved() != nil {
+		t.Fatalf("%d restarts, consumer %v; want one restart, WAITING, nothing removed", r.n, node.recs.GetConsumer())
 	}
+	node.recs.Consumer = restarting()
 	g.KubeletRootDir = root
 	if err := os.WriteFile(filepath.Join(root, "memory_manager_state"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	g.step(context.Background(), &failures)
-	if _, err := os.Stat(filepath.Join(root, "memory_manager_state")); !errors.Is(err, os.ErrNotExist) || r.n != 1 {
-		t.Fatalf("state file: %v after %d restarts; want it gone and one restart", err, r.n)
+	if _, err := os.Stat(filepath.Join(root, "memory_manager_state")); !errors.Is(err, os.ErrNotExist) || r.n != 2 || node.recs.GetConsumer().GetDisruption().GetRemoved() == nil {
+		t.Fatalf("state file: %v after %d restarts, consumer %v; want it gone, recorded, and a second restart", err, r.n, node.recs.GetConsumer())
 	}
 }
 
