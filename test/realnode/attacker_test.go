@@ -29,9 +29,9 @@ import (
 
 // An attacker with root on the node reads the agent pod's own token from
 // the kubelet's directory. With it they may write their own Node's
-// NodeConfigReady condition and config-status annotation, and nothing
-// else: every attempt is a server-side dry run, so the install is not
-// changed by it. The agent's gRPC port takes only the reconciler's token
+// NodeConfigReady condition and config-status annotation, and cordon it
+// (a drain's), and nothing else: every attempt is a server-side dry run,
+// so the install is not changed by it. The agent's gRPC port takes only the reconciler's token
 // minted for this node.
 func attackWithTheAgentsToken(ctx context.Context, t *testing.T) {
 	t.Helper()
@@ -74,13 +74,20 @@ func attackWithTheAgentsToken(ctx context.Context, t *testing.T) {
 		t.Error("the agent's token wrote another Node's condition")
 	}
 	for what, p := range map[string]string{
-		"taints":        `{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}`,
-		"unschedulable": `{"spec":{"unschedulable":true}}`,
-		"a label":       `{"metadata":{"labels":{"x":"y"}}}`,
+		"taints":  `{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}`,
+		"a label": `{"metadata":{"labels":{"x":"y"}}}`,
 	} {
 		if _, err := attacker.CoreV1().Nodes().Patch(ctx, realnode.NodeName, types.MergePatchType, []byte(p), dry); err == nil {
 			t.Errorf("the agent's token changed %s of its Node", what)
 		}
+	}
+	// A drain's cordon: its own Node's, no other's.
+	cordon := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := attacker.CoreV1().Nodes().Patch(ctx, realnode.NodeName, types.MergePatchType, cordon, dry); err != nil {
+		t.Errorf("the agent's token cannot cordon its own Node: %v", err)
+	}
+	if _, err := attacker.CoreV1().Nodes().Patch(ctx, other.Name, types.MergePatchType, cordon, dry); err == nil {
+		t.Error("the agent's token cordoned another Node")
 	}
 	event := func(ns string, about corev1.ObjectReference) error {
 		_, err := attacker.CoreV1().Events(ns).Create(ctx, &corev1.Event{
