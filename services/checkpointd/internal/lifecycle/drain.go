@@ -191,6 +191,12 @@ func (n *Node) startDrain(ctx context.Context, d *nodeconfigv1.DrainRecord) *run
 	go func() {
 		defer close(r.done)
 		defer cancel()
+		if left <= 0 {
+			// An agent that starts again after the bound: the drain failed
+			// while nothing watched it.
+			n.drainFailed(ctx, d, fmt.Errorf("its bound of %ds passed while the agent was down", d.GetTimeoutSeconds()))
+			return
+		}
 		err := n.drain(dctx, d)
 		if ctx.Err() != nil || (err != nil && dctx.Err() == context.Canceled) {
 			// The agent stops, or the drain was called off: the records

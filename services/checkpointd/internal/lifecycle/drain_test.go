@@ -362,7 +362,8 @@ func TestADrainResumesAfterTheAgentStartsAgain(t *testing.T) {
 	go func() { defer close(done); f.node.RunDrains(ctx) }()
 	defer func() { cancel(); <-done }()
 	recs := f.waitRecords(t, "the expired drain failed", func(r *nodeconfigv1.Records) bool { return r.GetDrain() == nil })
-	if cordoned, _ := d.state(); cordoned || recs.GetError().GetError().GetReason() != records.ReasonDrainFailed {
+	if cordoned, _ := d.state(); cordoned || recs.GetError().GetError().GetReason() != records.ReasonDrainFailed ||
+		!strings.Contains(recs.GetError().GetError().GetMessage(), "its bound of 60s passed while the agent was down") {
 		t.Fatalf("cordoned %v, error %v; want the agent's cordon lifted and DrainFailed", cordoned, recs.GetError())
 	}
 }
