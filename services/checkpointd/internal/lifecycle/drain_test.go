@@ -367,3 +367,23 @@ func TestADrainResumesAfterTheAgentStartsAgain(t *testing.T) {
 		t.Fatalf("cordoned %v, error %v; want the agent's cordon lifted and DrainFailed", cordoned, recs.GetError())
 	}
 }
+
+// Two changes written before the kubelet restarts once (a rollback right
+// after an activation, the agent busy meanwhile): the restart removes what
+// either needed, and a removal already done is not asked again.
+func TestTwoChangesBeforeOneRestartRemoveWhatEitherNeeds(t *testing.T) {
+	prev := &nodeconfigv1.Disruption{Fields: []string{"cpuManagerPolicy"}, Remove: []string{disruption.CPUManagerState}}
+	next := &nodeconfigv1.Disruption{Fields: []string{"maxPods", "memoryManagerPolicy"}, Remove: []string{disruption.MemoryManagerState}}
+	got := unionDisruption(prev, next)
+	if !slices.Equal(got.GetFields(), []string{"cpuManagerPolicy", "maxPods", "memoryManagerPolicy"}) ||
+		!slices.Equal(got.GetRemove(), []string{disruption.CPUManagerState, disruption.MemoryManagerState}) {
+		t.Fatalf("union %v", got)
+	}
+	prev.Removed = timestamppb.Now()
+	if got := unionDisruption(prev, nil); !slices.Equal(got.GetRemove(), nil) || !slices.Equal(got.GetFields(), []string{"cpuManagerPolicy"}) {
+		t.Fatalf("union with a removal done %v; want nothing left to remove", got)
+	}
+	if got := unionDisruption(&nodeconfigv1.Disruption{}, nil); got != nil {
+		t.Fatalf("union of nothing %v", got)
+	}
+}
