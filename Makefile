@@ -45,9 +45,9 @@ FLEET_SELECT ?= 0
 
 IMAGE_REPO ?= ghcr.io/nodeconfig
 IMAGE_TAG  ?= v0.1.0
-# What each service's nodeconfig_build_info says it is.
+# What each service's nodeconfig_build_info and the plugin's version say it is.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
-VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION)
+VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION) -X nodeconfig.io/services/kubectl-nodeconfig/internal/version.Version=$(VERSION)
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
@@ -114,6 +114,53 @@ images: $(BIN)/ocibuild ## OCI image tarballs of the services in ./bin/images (d
 	@CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags "-s -w" -o $(BIN)/linux-amd64/pause nodeconfig.io/test/cmd/pause
 	@$(BIN)/ocibuild --binary $(BIN)/linux-amd64/pause --tag $(PAUSE_IMAGE) --user 65535:65535 --out $(BIN)/images/pause.tar
 
+# A release, make release VERSION=vX.Y.Z, into DIST: each service's OCI
+# archive (an image index of RELEASE_PLATFORMS, named
+# RELEASE_REGISTRY/SERVICE:VERSION), install.yaml naming those images by
+# digest, the Helm chart's package, the kubectl plugin's archives for
+# PLUGIN_PLATFORMS and its krew manifest, SHA256SUMS; then dist verify
+# checks all of it. Everything is built with CGO_ENABLED=0 into
+# RELEASE_BIN/OS-ARCH.
+DIST              ?= $(CURDIR)/dist
+RELEASE_REGISTRY  ?= $(IMAGE_REPO)
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64
+PLUGIN_PLATFORMS  ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+RELEASE_URL       ?= https://github.com/nodeconfig/nodeconfig/releases/download/$(VERSION)
+RELEASE_BIN       ?= $(BIN)/release
+
+.PHONY: chart release
+
+$(BIN)/dist $(BIN)/chartgen &: tools/release/go.mod tools/release/go.sum $(shell find tools/release -name '*.go' -not -name '*_test.go')
+	GOWORK=off go -C tools/release build -o $(BIN)/ ./cmd/dist ./cmd/chartgen
+
+chart: $(BIN)/chartgen ## the Helm chart deploy/helm/nodeconfig generated again from deploy/ (after any edit of deploy/)
+	$(BIN)/chartgen -deploy deploy -out deploy/helm/nodeconfig
+
+release: $(BIN)/ocibuild $(BIN)/dist ## a release into ./dist: make release VERSION=vX.Y.Z (multi-arch OCI archives, install.yaml by digest, Helm chart, kubectl plugin, SHA256SUMS)
+	@[[ "$(VERSION)" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$$ ]] || { echo "make release VERSION=vX.Y.Z (not '$(VERSION)')" >&2; exit 1; }
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	@for p in $(RELEASE_PLATFORMS); do \
+		echo "building the services for $$p"; \
+		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} go build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $(RELEASE_BIN)/$${p/\//-}/ \
+			$(addprefix nodeconfig.io/services/,$(SERVICES)) $(KUBELET_CHECK) $(GUARD) || exit 1; \
+	done
+	@for p in $(PLUGIN_PLATFORMS); do \
+		echo "building kubectl-nodeconfig for $$p"; \
+		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} go build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o $(RELEASE_BIN)/$${p/\//-}/ \
+			nodeconfig.io/services/kubectl-nodeconfig || exit 1; \
+	done
+	@# As make images: the reconciler's kubelet validator beside it, checkpointd's start guard beside it.
+	@for s in $(SERVICES); do \
+		args=(); for p in $(RELEASE_PLATFORMS); do d=$(RELEASE_BIN)/$${p/\//-}; args+=(--binary $$p=$$d/$$s); \
+			case $$s in reconciler) args+=(--add $$p=$$d/$(notdir $(KUBELET_CHECK)));; checkpointd) args+=(--add $$p=$$d/$(notdir $(GUARD)));; esac; \
+		done; \
+		digest=$$($(BIN)/ocibuild --format oci "$${args[@]}" --tag $(RELEASE_REGISTRY)/$$s:$(VERSION) --out $(DIST)/$$s-$(VERSION).oci.tar) || exit 1; \
+		echo "$(DIST)/$$s-$(VERSION).oci.tar  $(RELEASE_REGISTRY)/$$s@$$digest"; \
+	done
+	$(BIN)/dist assemble -version $(VERSION) -registry $(RELEASE_REGISTRY) -dir $(DIST) -deploy deploy -chart deploy/helm/nodeconfig \
+		-license LICENSE -url $(RELEASE_URL) $(foreach p,$(PLUGIN_PLATFORMS),-plugin $(p)=$(RELEASE_BIN)/$(subst /,-,$(p))/kubectl-nodeconfig)
+	$(BIN)/dist verify -version $(VERSION) -dir $(DIST) -image-platforms '$(RELEASE_PLATFORMS)' -plugin-platforms '$(PLUGIN_PLATFORMS)'
+
 lint: $(TOOLS) ## gofmt, go vet, buf lint/format/breaking, stale generated code (proto, deep copies, typed client) and CRD
 	@out=$$(gofmt -l proto services test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet $(PACKAGES)
@@ -145,6 +192,9 @@ test: lint build build-race testbin nodebin node-packages promtool images ## lin
 	go test -run '^$$' -bench . -benchtime 1x nodeconfig.io/services/... nodeconfig.io/test/e2e
 	go run nodeconfig.io/test/bench/fleet -nodes 20 -cold-reviews=false
 	go test $(TEST_FLAGS) $$(go list $(PACKAGES) | grep -v /test/realnode)
+	@# The release's tools, outside go.work: OCI archives, and the Helm chart against deploy/.
+	GOWORK=off go -C tools test $(TEST_FLAGS) ./cmd/ocibuild
+	GOWORK=off go -C tools/release test $(TEST_FLAGS) ./...
 	@# The race pass: the services' unit tests, then e2e tests driving binaries built with -race
 	@# and client-go's cache mutation detector on (a race report or an altered cache object in
 	@# any of their logs fails the test).

@@ -4,7 +4,8 @@
 # the CRD in deploy/crd or the deep copies in services/api/v1alpha1 from
 # what controller-gen generates from the Go types there (hack/gen-crd.sh), or
 # the typed client in services/api/client from what client-gen, lister-gen
-# and informer-gen generate from them (hack/gen-client.sh).
+# and informer-gen generate from them (hack/gen-client.sh), or the Helm chart
+# in deploy/helm/nodeconfig from what chartgen generates from deploy/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -32,5 +33,11 @@ hack/gen-client.sh "$tmp/client"
 if ! diff -r "$tmp/client" services/api/client >/dev/null; then
   echo "services/api/client is stale: run 'make generate' and commit the result"
   diff -r -u services/api/client "$tmp/client" || true
+  exit 1
+fi
+GOWORK=off go -C tools/release run ./cmd/chartgen -deploy "$PWD/deploy" -out "$tmp/chart"
+if ! diff -r "$tmp/chart" deploy/helm/nodeconfig >/dev/null; then
+  echo "deploy/helm/nodeconfig is stale: run 'make chart' and commit the result"
+  diff -r -u deploy/helm/nodeconfig "$tmp/chart" || true
   exit 1
 fi

@@ -28,10 +28,10 @@ type consumerFlags struct {
 
 func (c *consumerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.restart, "consumer-restart", "none", "how the consumer picks up a new file: none (it rereads the file itself; no health gate), signal (SIGTERM to it, its babysitter starts it again) or systemd (restart --consumer-unit over the system bus)")
-	fs.StringVar(&c.pidFile, "consumer-pid-file", "", "signal: the consumer's pid file")
-	fs.StringVar(&c.cgroup, "consumer-cgroup", "", "signal: the consumer's cgroup as /proc/<pid>/cgroup shows it on the host, on any hierarchy (kubeadm's kubelet: /system.slice/kubelet.service); only a process in it is the consumer, which no pod can pose as; needed without --consumer-pid-file")
-	fs.StringVar(&c.exePath, "consumer-exe-path", "", "signal: the consumer's executable as its unit starts it (ExecStart's path; kubeadm's kubelet: /usr/bin/kubelet), which tells it from the helpers it runs in its cgroup; needed without --consumer-pid-file")
-	fs.StringVar(&c.proc, "consumer-proc", "/proc", "signal: the host's /proc (the agent runs with hostPID)")
+	fs.StringVar(&c.pidFile, "consumer-pid-file", "", "signal, and finding the kubelet's files: the consumer's pid file")
+	fs.StringVar(&c.cgroup, "consumer-cgroup", "", "signal, and finding the kubelet's files (no --target-dir): the consumer's cgroup as /proc/<pid>/cgroup shows it on the host, on any hierarchy (kubeadm's kubelet: /system.slice/kubelet.service); only a process in it is the consumer, which no pod can pose as; needed without --consumer-pid-file")
+	fs.StringVar(&c.exePath, "consumer-exe-path", "", "signal, and finding the kubelet's files: the consumer's executable as its unit starts it (ExecStart's path; kubeadm's kubelet: /usr/bin/kubelet), which tells it from the helpers it runs in its cgroup; needed without --consumer-pid-file")
+	fs.StringVar(&c.proc, "consumer-proc", "/proc", "signal, and finding the kubelet's files: the host's /proc (the agent runs with hostPID)")
 	fs.StringVar(&c.unit, "consumer-unit", "kubelet.service", "systemd: the consumer's unit")
 	fs.StringVar(&c.healthURL, "consumer-health-url", "http://127.0.0.1:10248/healthz", "the consumer's health endpoint (2xx = healthy); empty: no probe")
 	fs.StringVar(&c.logFile, "consumer-log-file", "", "the consumer's log file, if it writes one: its last error line (the kubelet's exit line) goes into the message of a rollback")
@@ -51,10 +51,11 @@ func (c *consumerFlags) gate(log *slog.Logger) (*consumer.Gate, error) {
 	case "none":
 		return nil, nil
 	case "signal":
-		if err := c.checkSignal(); err != nil {
+		s, err := c.signal("--consumer-restart=signal")
+		if err != nil {
 			return nil, err
 		}
-		r = consumer.Signal{PidFile: c.pidFile, Cgroup: c.cgroup, ExePath: c.exePath, Proc: c.proc}
+		r = s
 	case "systemd":
 		r = consumer.Systemd{Unit: c.unit}
 	default:
@@ -76,20 +77,22 @@ func (c *consumerFlags) gate(log *slog.Logger) (*consumer.Gate, error) {
 	}), nil
 }
 
-// checkSignal refuses a signal restarter that would find the consumer by
-// less than its cgroup and executable: by name alone, any pod could pose
-// as it (be signalled, hold its restart, or fake its crash loop).
-func (c *consumerFlags) checkSignal() error {
+// signal is how the consumer's process is found, for what (a signal
+// restarter, or reading the kubelet's command line). It refuses to find
+// it by less than its cgroup and executable: by name alone, any pod could
+// pose as it (be signalled, hold its restart, fake its crash loop, or say
+// where the agent writes).
+func (c *consumerFlags) signal(what string) (consumer.Signal, error) {
 	if c.pidFile == "" && (c.cgroup == "" || c.exePath == "") {
-		return fmt.Errorf("--consumer-restart=signal finds the consumer by --consumer-cgroup and --consumer-exe-path (kubeadm's kubelet: /system.slice/kubelet.service and /usr/bin/kubelet), or names it by --consumer-pid-file: set them")
+		return consumer.Signal{}, fmt.Errorf("%s finds the consumer by --consumer-cgroup and --consumer-exe-path (kubeadm's kubelet: /system.slice/kubelet.service and /usr/bin/kubelet), or names it by --consumer-pid-file: set them", what)
 	}
 	if c.cgroup != "" && (!path.IsAbs(c.cgroup) || path.Clean(c.cgroup) != c.cgroup || c.cgroup == "/") {
-		return fmt.Errorf("--consumer-cgroup %q: want a clean absolute path below the root cgroup, as /proc/<pid>/cgroup shows it", c.cgroup)
+		return consumer.Signal{}, fmt.Errorf("--consumer-cgroup %q: want a clean absolute path below the root cgroup, as /proc/<pid>/cgroup shows it", c.cgroup)
 	}
 	if c.exePath != "" && !path.IsAbs(c.exePath) {
-		return fmt.Errorf("--consumer-exe-path %q: want the executable's absolute path", c.exePath)
+		return consumer.Signal{}, fmt.Errorf("--consumer-exe-path %q: want the executable's absolute path", c.exePath)
 	}
-	return nil
+	return consumer.Signal{PidFile: c.pidFile, Cgroup: c.cgroup, ExePath: c.exePath, Proc: c.proc}, nil
 }
 
 // startHealth starts the node's health gate (internal/nodehealth), reading

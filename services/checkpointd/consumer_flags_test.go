@@ -39,3 +39,35 @@ func TestSignalNeedsTheKubeletsCgroupAndExecutable(t *testing.T) {
 		}
 	}
 }
+
+// With no --target-dir the agent reads the kubelet's files off its command
+// line, and so needs to find the kubelet as a signal does; --target-dir
+// names them and nothing is read.
+func TestFindingTheKubeletsFilesNeedsTheKubelet(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		locates bool
+		refused string // "" for accepted
+	}{
+		{[]string{"--target-dir=/etc/kubernetes/kubelet.conf.d"}, false, ""},
+		{[]string{}, false, "with no --target-dir, the agent reads the kubelet's --config-dir off its command line: it finds the consumer by --consumer-cgroup and --consumer-exe-path"},
+		{[]string{"--consumer-exe-path=/usr/bin/kubelet"}, false, "--consumer-cgroup and --consumer-exe-path"},
+		{[]string{"--consumer-cgroup=/system.slice/kubelet.service", "--consumer-exe-path=/usr/bin/kubelet"}, true, ""},
+		{[]string{"--consumer-pid-file=/run/kubelet.pid"}, true, ""},
+		{[]string{"--consumer-pid-file=/run/kubelet.pid", "--host-root=host"}, false, "must be absolute"},
+	} {
+		var o options
+		fs := flag.NewFlagSet("checkpointd", flag.ContinueOnError)
+		o.Register(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		locate, err := o.locateKubelet()
+		switch {
+		case tc.refused == "" && (err != nil || (locate != nil) != tc.locates):
+			t.Errorf("%v: locates %v, %v; want locates %v", tc.args, locate != nil, err, tc.locates)
+		case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused)):
+			t.Errorf("%v: %v; want it refused for %q", tc.args, err, tc.refused)
+		}
+	}
+}

@@ -63,6 +63,10 @@ func (o *options) Run(p *servekit.Process) error {
 	if err != nil {
 		return err
 	}
+	locate, err := o.locateKubelet()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if gate != nil && healthGates {
@@ -78,13 +82,13 @@ func (o *options) Run(p *servekit.Process) error {
 		if err != nil {
 			return err
 		}
-		drainer = drain.Node{Kube: kube, Name: o.servingCert.node, Log: p.Log}
+		drainer = drain.Node{Kube: kube, Name: o.servingCert.node, Log: p.Log, Policy: o.drainAdmissionPolicy}
 	}
 	o.installGuard(p.Log, gate != nil)
 	ckd, err := server.Open(server.Options{
 		StateDir: o.stateDir, TargetDir: o.targetDir, TargetFile: o.targetFile, KubeletConfig: o.kubeletConfig, NoSync: o.noFsync, Rules: o.rules,
 		MaxWatchers: o.maxWatchers, Registerer: srv.Registry, Log: p.Log, Consumer: gate, GuardDir: o.guardDir(gate != nil),
-		GuardRuntimeEndpoint: o.guardRuntimeEndpoint(), GuardHostTargetDir: o.guardHostTargetDir, Drainer: drainer,
+		GuardRuntimeEndpoint: o.guardRuntimeEndpoint(), GuardHostTargetDir: o.guardHostTargetDir, LocateKubelet: locate, Drainer: drainer,
 	})
 	if err != nil {
 		return err

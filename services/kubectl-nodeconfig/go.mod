@@ -22,6 +22,21 @@ require (
 )
 
 require (
+	github.com/Azure/go-ansiterm v0.0.0-20230124172434-306776ec8161 // indirect
+	github.com/blang/semver/v4 v4.0.0 // indirect
+	github.com/go-errors/errors v1.4.2 // indirect
+	github.com/google/btree v1.1.3 // indirect
+	github.com/liggitt/tabwriter v0.0.0-20181228230101-89fcab3d43de // indirect
+	github.com/moby/term v0.5.0 // indirect
+	github.com/monochromegane/go-gitignore v0.0.0-20200626010858-205db1a8cc00 // indirect
+	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
+	github.com/xlab/treeprint v1.2.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	sigs.k8s.io/kustomize/api v0.21.1 // indirect
+	sigs.k8s.io/kustomize/kyaml v0.21.1 // indirect
+)
+
+require (
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.0 // indirect
@@ -42,10 +57,10 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
-	go.yaml.in/yaml/v2 v2.4.3 // indirect
-	go.yaml.in/yaml/v3 v3.0.4 // indirect
+	go.yaml.in/yaml/v2 v2.4.4 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.60.0 // indirect
-	golang.org/x/oauth2 v0.36.0 // indirect
+	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/term v0.46.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
@@ -54,10 +69,80 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
+	k8s.io/cli-runtime v0.36.3
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a // indirect
+	nodeconfig.io/services/configcheck v0.0.0
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.3.3 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
+	sigs.k8s.io/yaml v1.6.0
 )
+
+replace nodeconfig.io/services/configcheck => ../configcheck
+
+replace k8s.io/api => k8s.io/api v0.36.3
+
+replace k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.36.3
+
+replace k8s.io/apimachinery => k8s.io/apimachinery v0.36.3
+
+replace k8s.io/apiserver => k8s.io/apiserver v0.36.3
+
+replace k8s.io/cli-runtime => k8s.io/cli-runtime v0.36.3
+
+replace k8s.io/client-go => k8s.io/client-go v0.36.3
+
+replace k8s.io/cloud-provider => k8s.io/cloud-provider v0.36.3
+
+replace k8s.io/cluster-bootstrap => k8s.io/cluster-bootstrap v0.36.3
+
+replace k8s.io/code-generator => k8s.io/code-generator v0.36.3
+
+replace k8s.io/component-base => k8s.io/component-base v0.36.3
+
+replace k8s.io/component-helpers => k8s.io/component-helpers v0.36.3
+
+replace k8s.io/controller-manager => k8s.io/controller-manager v0.36.3
+
+replace k8s.io/cri-api => k8s.io/cri-api v0.36.3
+
+replace k8s.io/cri-client => k8s.io/cri-client v0.36.3
+
+replace k8s.io/cri-streaming => k8s.io/cri-streaming v0.36.3
+
+replace k8s.io/csi-translation-lib => k8s.io/csi-translation-lib v0.36.3
+
+replace k8s.io/dynamic-resource-allocation => k8s.io/dynamic-resource-allocation v0.36.3
+
+replace k8s.io/endpointslice => k8s.io/endpointslice v0.36.3
+
+replace k8s.io/externaljwt => k8s.io/externaljwt v0.36.3
+
+replace k8s.io/kms => k8s.io/kms v0.36.3
+
+replace k8s.io/kube-aggregator => k8s.io/kube-aggregator v0.36.3
+
+replace k8s.io/kube-controller-manager => k8s.io/kube-controller-manager v0.36.3
+
+replace k8s.io/kube-proxy => k8s.io/kube-proxy v0.36.3
+
+replace k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.36.3
+
+replace k8s.io/kubectl => k8s.io/kubectl v0.36.3
+
+replace k8s.io/kubelet => k8s.io/kubelet v0.36.3
+
+replace k8s.io/metrics => k8s.io/metrics v0.36.3
+
+replace k8s.io/mount-utils => k8s.io/mount-utils v0.36.3
+
+replace k8s.io/pod-security-admission => k8s.io/pod-security-admission v0.36.3
+
+replace k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.36.3
+
+replace k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.36.3
+
+replace k8s.io/sample-controller => k8s.io/sample-controller v0.36.3
+
+replace k8s.io/streaming => k8s.io/streaming v0.36.3

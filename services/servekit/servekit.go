@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -71,8 +72,10 @@ const (
 
 // commonFlags are the listening flags every service has.
 type commonFlags struct {
-	Listen      string
-	Socket      string
+	Listen string
+	Socket string
+	// SocketGroup, a numeric group id, may connect to Socket too.
+	SocketGroup string
 	MetricsAddr string
 	LogFormat   string
 	LogLevel    string
@@ -106,6 +109,7 @@ const ReconcilerIdentity = "system:serviceaccount:nodeconfig-system:nodeconfig-r
 func (f *commonFlags) Register(fs *flag.FlagSet, defaultListen, defaultMetrics string) {
 	fs.StringVar(&f.Listen, "listen", defaultListen, "TCP address for gRPC; empty disables TCP")
 	fs.StringVar(&f.Socket, "socket", "", "unix socket path for gRPC (created with mode 0600); empty disables it")
+	fs.StringVar(&f.SocketGroup, "socket-group", "", "numeric group id that may connect to --socket too (mode 0660, that group): the process must be in it (a pod's supplementalGroups) or hold CAP_CHOWN; empty: its owner alone")
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", defaultMetrics, "HTTP address for /metrics and /healthz; empty disables it")
 	fs.StringVar(&f.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -161,7 +165,25 @@ func (f *commonFlags) Check() error {
 	if (f.TLSCertFile == "") != (f.TLSKeyFile == "") {
 		return errors.New("--tls-cert-file and --tls-key-file go together")
 	}
+	if f.SocketGroup != "" {
+		if f.Socket == "" {
+			return errors.New("--socket-group needs --socket")
+		}
+		if _, err := socketGID(f.SocketGroup); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// socketGID parses --socket-group. Only a number: the images have no
+// group database to look a name up in.
+func socketGID(group string) (int, error) {
+	gid, err := strconv.Atoi(group)
+	if err != nil || gid < 0 {
+		return 0, fmt.Errorf("--socket-group %q: want a numeric group id", group)
+	}
+	return gid, nil
 }
 
 func loopback(addr string) bool {
@@ -316,7 +338,7 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 		listeners = append(listeners, l)
 	}
 	if s.flags.Socket != "" {
-		l, err := listenUnix(s.flags.Socket)
+		l, err := listenUnix(s.flags.Socket, s.flags.SocketGroup)
 		if err != nil {
 			closeAll()
 			return err
@@ -416,8 +438,11 @@ func (s *Server) Serve(ctx context.Context, serviceName string) error {
 }
 
 // listenUnix listens on path with mode 0600, replacing a stale socket left
-// by a killed process but never a file of another kind.
-func listenUnix(path string) (net.Listener, error) {
+// by a killed process but never a file of another kind. With a group (a
+// numeric id, or empty for none) the socket is given to that group and
+// then made 0660, in that order, so that nobody else may connect at any
+// moment.
+func listenUnix(path, group string) (net.Listener, error) {
 	// sun_path holds 108 bytes including the terminating NUL.
 	if len(path) > 107 {
 		return nil, fmt.Errorf("--socket %s is %d bytes long; unix socket paths must be at most 107", path, len(path))
@@ -440,6 +465,22 @@ func listenUnix(path string) (net.Listener, error) {
 	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen on --socket %s: %w", path, err)
+	}
+	if group == "" {
+		return l, nil
+	}
+	gid, err := socketGID(group)
+	if err == nil {
+		// The owner may give a file to a group it is in without CAP_CHOWN.
+		if err = os.Lchown(path, -1, gid); err != nil {
+			err = fmt.Errorf("--socket-group %d: give %s to the group (the process must be in it, e.g. through the pod's supplementalGroups): %w", gid, path, err)
+		} else if err = os.Chmod(path, 0o660); err != nil {
+			err = fmt.Errorf("--socket-group %d: open %s to the group: %w", gid, path, err)
+		}
+	}
+	if err != nil {
+		_ = l.Close()
+		return nil, err
 	}
 	return l, nil
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,7 +41,8 @@ func newEnv(t testing.TB, n int, reconcilerArgs ...string) *env {
 	return e
 }
 
-// newNodes starts n nodes with the given options and no reconciler.
+// newNodes starts n nodes with the given options (their labels beside the
+// test's own) and no reconciler.
 func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,7 +64,10 @@ func newNodes(t testing.TB, n int, options func(i int) sim.NodeOptions) *env {
 	}
 	for i := range n {
 		o := options(i)
-		o.Labels = map[string]string{"e2e": short}
+		labels := map[string]string{}
+		maps.Copy(labels, o.Labels)
+		labels["e2e"] = short
+		o.Labels = labels
 		e.nodes = append(e.nodes, testenv.StartNode(t, c, root, fmt.Sprintf("%s-%d", short, i), o))
 	}
 	t.Cleanup(func() {

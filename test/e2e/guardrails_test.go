@@ -52,8 +52,10 @@ var floodHosts = func() []string {
 }()
 
 // metricsNode is one secure node whose checkpointd and statusd also serve
-// their metrics over TLS with --metrics-auth=token, as the DaemonSet runs
-// them.
+// their metrics over TLS with --metrics-auth=token, as the agent's
+// DaemonSet runs checkpointd's on the node's address (statusd's, on its
+// own Pod's, is plain in deploy/, and guarded the same way where an
+// operator turns it on).
 type metricsNode struct {
 	*secureEnv
 	node                               *sim.Node

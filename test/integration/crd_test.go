@@ -23,25 +23,29 @@ func kubectl(t *testing.T, stdin string, args ...string) (string, error) {
 // `kubectl explain` documents the schema.
 func TestInvalidNodeConfigIsRefusedByTheAPIServer(t *testing.T) {
 	for name, tc := range map[string]struct{ spec, want string }{
-		"no selector":       {"source: {configMap: {namespace: a, name: b, key: c}}", "spec.nodeSelector: Required value"},
-		"bad validator":     {"nodeSelector: {}\nvalidator: toml", `Unsupported value: "toml"`},
-		"soak zero":         {"nodeSelector: {}\nsoakSeconds: 0", "spec.soakSeconds"},
-		"key traversal":     {"nodeSelector: {}\nsource: {configMap: {namespace: a, name: b, key: ../etc}}", "spec.source.configMap.key"},
-		"key dot dot":       {"nodeSelector: {}\nsource: {configMap: {namespace: a, name: b, key: ..}}", "key must not be '.' or '..'"},
-		"missing key":       {"nodeSelector: {}\nsource: {configMap: {namespace: a, name: b}}", "spec.source.configMap.key: Required value"},
-		"maxInTrial 0%":     {"nodeSelector: {}\nrollout: {maxInTrial: 0%}", "maxInTrial must be"},
-		"maxInTrial 0":      {"nodeSelector: {}\nrollout: {maxInTrial: 0}", "maxInTrial must be"},
-		"window day":        {"nodeSelector: {}\nrollout: {windows: [{days: [Funday], start: '01:00', end: '02:00'}]}", "Unsupported value"},
-		"window time":       {"nodeSelector: {}\nrollout: {windows: [{start: '25:00', end: '02:00'}]}", "should match"},
-		"empty window":      {"nodeSelector: {}\nrollout: {windows: [{start: '02:00', end: '02:00'}]}", "start and end must differ"},
-		"negative failures": {"nodeSelector: {}\nrollout: {maxFailures: -1}", "spec.rollout.maxFailures"},
-		"prometheus no url": {"nodeSelector: {}\nhealth: {prometheus: {url: 'not a url', query: up}}", "url must be an http or https URL"},
-		"prometheus file":   {"nodeSelector: {}\nhealth: {prometheus: {url: 'file:///etc/passwd', query: up}}", "url must be an http or https URL"},
-		"prometheus query":  {"nodeSelector: {}\nhealth: {prometheus: {url: 'http://127.0.0.1:9090'}}", "spec.health.prometheus.query: Required value"},
-		"condition status":  {"nodeSelector: {}\nhealth: {conditions: [{type: KernelDeadlock, status: Maybe}]}", `Unsupported value: "Maybe"`},
-		"drain bound 0":     {"nodeSelector: {}\nrollout: {drain: {timeoutSeconds: 0}}", "spec.rollout.drain.timeoutSeconds: Invalid value: 0"},
-		"drain bound -1":    {"nodeSelector: {}\nrollout: {drain: {timeoutSeconds: -1}}", "spec.rollout.drain.timeoutSeconds: Invalid value: -1"},
-		"drain when":        {"nodeSelector: {}\nrollout: {drain: {when: Sometimes}}", `Unsupported value: "Sometimes"`},
+		"no selector":        {"source: {configMap: {namespace: a, name: b, key: c}}", "spec.nodeSelector: Required value"},
+		"bad validator":      {"nodeSelector: {}\nvalidator: toml", `Unsupported value: "toml"`},
+		"soak zero":          {"nodeSelector: {}\nsoakSeconds: 0", "spec.soakSeconds"},
+		"key traversal":      {"nodeSelector: {}\nsource: {configMap: {namespace: a, name: b, key: ../etc}}", "spec.source.configMap.key"},
+		"key dot dot":        {"nodeSelector: {}\nsource: {configMap: {namespace: a, name: b, key: ..}}", "key must not be '.' or '..'"},
+		"missing key":        {"nodeSelector: {}\nsource: {configMap: {namespace: a, name: b}}", "spec.source.configMap.key: Required value"},
+		"maxInTrial 0%":      {"nodeSelector: {}\nrollout: {maxInTrial: 0%}", "maxInTrial must be"},
+		"maxInTrial 0":       {"nodeSelector: {}\nrollout: {maxInTrial: 0}", "maxInTrial must be"},
+		"window day":         {"nodeSelector: {}\nrollout: {windows: [{days: [Funday], start: '01:00', end: '02:00'}]}", "Unsupported value"},
+		"window time":        {"nodeSelector: {}\nrollout: {windows: [{start: '25:00', end: '02:00'}]}", "should match"},
+		"empty window":       {"nodeSelector: {}\nrollout: {windows: [{start: '02:00', end: '02:00'}]}", "start and end must differ"},
+		"negative failures":  {"nodeSelector: {}\nrollout: {maxFailures: -1}", "spec.rollout.maxFailures"},
+		"prometheus no url":  {"nodeSelector: {}\nhealth: {prometheus: {url: 'not a url', query: up}}", "url must be an http or https URL"},
+		"prometheus file":    {"nodeSelector: {}\nhealth: {prometheus: {url: 'file:///etc/passwd', query: up}}", "url must be an http or https URL"},
+		"prometheus query":   {"nodeSelector: {}\nhealth: {prometheus: {url: 'http://127.0.0.1:9090'}}", "spec.health.prometheus.query: Required value"},
+		"condition status":   {"nodeSelector: {}\nhealth: {conditions: [{type: KernelDeadlock, status: Maybe}]}", `Unsupported value: "Maybe"`},
+		"topology key space": {"nodeSelector: {}\nrollout: {topologyKey: 'my zone'}", "topologyKey must be a node label key"},
+		"topology key slash": {"nodeSelector: {}\nrollout: {topologyKey: 'a/b/c'}", "topologyKey must be a node label key"},
+		"topology key long":  {"nodeSelector: {}\nrollout: {topologyKey: 'example.com/" + strings.Repeat("z", 64) + "'}", "topologyKey must be a node label key"},
+		"topology key empty": {"nodeSelector: {}\nrollout: {topologyKey: ''}", "topologyKey must be a node label key"},
+		"drain bound 0":      {"nodeSelector: {}\nrollout: {drain: {timeoutSeconds: 0}}", "spec.rollout.drain.timeoutSeconds: Invalid value: 0"},
+		"drain bound -1":     {"nodeSelector: {}\nrollout: {drain: {timeoutSeconds: -1}}", "spec.rollout.drain.timeoutSeconds: Invalid value: -1"},
+		"drain when":         {"nodeSelector: {}\nrollout: {drain: {when: Sometimes}}", `Unsupported value: "Sometimes"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			doc := "apiVersion: nodeconfig.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: invalid}\nspec:\n  " + strings.ReplaceAll(tc.spec, "\n", "\n  ") + "\n"
@@ -55,8 +59,10 @@ func TestInvalidNodeConfigIsRefusedByTheAPIServer(t *testing.T) {
 	if err != nil || !strings.Contains(out, "soakSeconds") || !strings.Contains(out, "last-known-good") {
 		t.Fatalf("kubectl explain nodeconfig.spec: %v\n%s", err, out)
 	}
-	// A valid one gets its defaults and a readable table.
-	doc := "apiVersion: nodeconfig.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: valid-table}\nspec:\n  nodeSelector: {matchLabels: {nobody: here}}\n  source: {configMap: {namespace: a, name: cm, key: k}}\n"
+	// A valid one (a topologyKey with a prefix) gets its defaults and a
+	// readable table.
+	doc := "apiVersion: nodeconfig.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: valid-table}\nspec:\n  nodeSelector: {matchLabels: {nobody: here}}\n  source: {configMap: {namespace: a, name: cm, key: k}}\n" +
+		"  rollout: {topologyKey: topology.kubernetes.io/zone}\n"
 	if out, err := kubectl(t, doc, "apply", "-f", "-"); err != nil {
 		t.Fatalf("apply valid: %v\n%s", err, out)
 	}

@@ -10,6 +10,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -41,6 +42,7 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 	}
 	const (
 		agent      = "system:serviceaccount:nodeconfig-system:nodeconfig-agent"
+		status     = "system:serviceaccount:nodeconfig-system:nodeconfig-status"
 		reconciler = "system:serviceaccount:nodeconfig-system:nodeconfig-reconciler"
 	)
 	for _, tc := range []struct {
@@ -48,31 +50,64 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 		args  string
 		allow bool
 	}{
+		// checkpointd: its health gate reads its Node and its node's pods;
+		// it asks for its serving certificate and reviews its callers; a
+		// drain cordons its Node and evicts its pods. It writes no Node
+		// status and no Event: statusd does.
 		{agent, "get nodes", true},
 		{agent, "watch nodes", true},
 		{agent, "patch nodes", true}, // spec.unschedulable of its own, held by nodeconfig-agent-own-node
-		{agent, "create pods --subresource=eviction -n default", true},
+		{agent, "patch nodes --subresource=status", false},
+		{agent, "create pods --subresource=eviction -n default", true}, // a drain
 		{agent, "delete pods -n default", false},
-		{agent, "patch nodes --subresource=status", true},
+		{agent, "get validatingadmissionpolicies/nodeconfig-agent-own-node", true},
+		{agent, "get validatingadmissionpolicybindings/nodeconfig-agent-own-node", true},
+		{agent, "update validatingadmissionpolicies/nodeconfig-agent-own-node", false},
+		{status, "get validatingadmissionpolicies/nodeconfig-agent-own-node", false},
 		{agent, "delete nodes", false},
 		{agent, "create nodes", false},
 		{agent, "get secrets -A", false},
 		{agent, "list configmaps -A", false},
 		{agent, "update nodeconfigs.nodeconfig.io", false},
 		{agent, "create pods -n nodeconfig-system", false},
-		{agent, "create events", true}, // held to its own Node by nodeconfig-agent-own-events
-		{agent, "list pods -A", true},  // the health gate asks for its own node's
-		{agent, "get validatingadmissionpolicies/nodeconfig-agent-own-events", true},
+		{agent, "create events", false},
+		{agent, "list pods -A", true}, // the health gate asks for its own node's
+		{agent, "get validatingadmissionpolicies/nodeconfig-status-own-events", false},
 		{agent, "create tokenreviews.authentication.k8s.io", true},
 		{agent, "create serviceaccounts/token -n nodeconfig-system", false},
-		{agent, "get validatingadmissionpolicies/nodeconfig-agent-own-node", true},
-		{agent, "get validatingadmissionpolicybindings/nodeconfig-agent-own-node", true},
+		{agent, "get validatingadmissionpolicies/nodeconfig-status-own-node", false},
 		{agent, "get validatingadmissionpolicies/nodeconfig-configure", false},
-		{agent, "update validatingadmissionpolicies/nodeconfig-agent-own-node", false},
 		{agent, "create certificatesigningrequests.certificates.k8s.io", true},
 		{agent, "watch certificatesigningrequests.certificates.k8s.io", true},
 		{agent, "update certificatesigningrequests.certificates.k8s.io --subresource=approval", false},
 		{agent, "update certificatesigningrequests.certificates.k8s.io --subresource=status", false},
+		// statusd: its Node's status and Events about it, and the check
+		// that the policies holding it to its own are in force.
+		{status, "get nodes", true},
+		{status, "watch nodes", true},
+		{status, "patch nodes", false},
+		{status, "patch nodes --subresource=status", true},
+		{status, "delete nodes", false},
+		{status, "create nodes", false},
+		{status, "get secrets -A", false},
+		{status, "list configmaps -A", false},
+		{status, "update nodeconfigs.nodeconfig.io", false},
+		{status, "configure nodeconfigs.nodeconfig.io", false},
+		{status, "create events", true}, // held to its own Node by nodeconfig-status-own-events
+		{status, "patch events", false},
+		{status, "list pods -A", false},
+		{status, "create pods -n nodeconfig-system", false},
+		{status, "get validatingadmissionpolicies/nodeconfig-status-own-events", true},
+		{status, "get validatingadmissionpolicies/nodeconfig-status-own-node", true},
+		{status, "get validatingadmissionpolicybindings/nodeconfig-status-own-node", true},
+		{status, "get validatingadmissionpolicies/nodeconfig-configure", false},
+		{status, "update validatingadmissionpolicies/nodeconfig-status-own-node", false},
+		{status, "create tokenreviews.authentication.k8s.io", false},
+		{status, "create subjectaccessreviews.authorization.k8s.io", false},
+		{status, "create serviceaccounts/token -n nodeconfig-system", false},
+		{status, "create certificatesigningrequests.certificates.k8s.io", false},
+		{status, "list controllerrevisions.apps -n nodeconfig-system", false},
+		{status, "*", false},
 		{reconciler, "list nodeconfigs.nodeconfig.io", true},
 		{reconciler, "watch nodeconfigs.nodeconfig.io", true},
 		{reconciler, "update nodeconfigs.nodeconfig.io --subresource=status", true},
@@ -97,6 +132,7 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 		{reconciler, "create events -n default", true},
 		{reconciler, "create serviceaccounts/nodeconfig-reconciler --subresource=token -n nodeconfig-system", true},
 		{reconciler, "create serviceaccounts/nodeconfig-agent --subresource=token -n nodeconfig-system", false},
+		{reconciler, "create serviceaccounts/nodeconfig-status --subresource=token -n nodeconfig-system", false},
 		{reconciler, "create serviceaccounts/default --subresource=token -n kube-system", false},
 		{reconciler, "get secrets -A", false},
 		{reconciler, "get validatingadmissionpolicies/nodeconfig-reconciler-abandon-mark", true},
@@ -143,6 +179,7 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 		{reconciler, "sign", "kubernetes.io/kubelet-serving", false},
 		{agent, "approve", "nodeconfig.io/agent-serving", false},
 		{agent, "sign", "nodeconfig.io/agent-serving", false},
+		{status, "approve", "nodeconfig.io/agent-serving", false},
 	} {
 		sar, err := cluster.Shared.Client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{User: tc.as, Groups: []string{"system:serviceaccounts", "system:authenticated"},
@@ -157,9 +194,10 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 	}
 }
 
-// The admission policy in deploy/ lets an agent write only the Node its
-// token is bound to (RBAC alone cannot say "its own").
-func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
+// The admission policies in deploy/ let statusd write only the Node its
+// token is bound to (RBAC alone cannot say "its own"); checkpointd's token,
+// bound to the same Node, writes only that Node's spec.unschedulable.
+func TestStatusdMayOnlyWriteItsOwnNode(t *testing.T) {
 	root, _ := proc.RepoRoot()
 	if out, err := kubectl(t, "", "apply", "-k", filepath.Join(root, "deploy")); err != nil {
 		t.Fatalf("apply: %v\n%s", err, out)
@@ -173,79 +211,81 @@ func TestAgentMayOnlyWriteItsOwnNode(t *testing.T) {
 			_ = cluster.Shared.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 		})
 	}
-	cfg := rest.CopyConfig(cluster.Shared.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:nodeconfig-system:nodeconfig-agent",
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:nodeconfig-system", "system:authenticated"},
-		Extra:    map[string][]string{"authentication.kubernetes.io/node-name": {"own-node"}},
-	}
-	agent, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	statusd := impersonate(t, "system:serviceaccount:nodeconfig-system:nodeconfig-status", "own-node")
 	// statusd's own kind of patch: condition and annotation through status.
 	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.NodeAnnotationConfigStatus + `":"{}"}},"status":{"conditions":[{"type":"NodeConfigReady","status":"True","reason":"LocalDefault","message":"m"}]}}`)
 	// The policy may take a moment to be loaded by the API server.
-	err = proc.WaitFor(20*time.Second, func() (bool, error) {
-		_, err := agent.CoreV1().Nodes().Patch(ctx, "other-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	err := proc.WaitFor(20*time.Second, func() (bool, error) {
+		_, err := statusd.CoreV1().Nodes().Patch(ctx, "other-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		return err != nil && strings.Contains(err.Error(), "only write the Node it runs on"), err
 	})
 	if err != nil {
-		t.Fatalf("agent wrote another node: %v", err)
+		t.Fatalf("statusd wrote another node: %v", err)
 	}
-	updated, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	updated, err := statusd.CoreV1().Nodes().Patch(ctx, "own-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
-		t.Fatalf("agent could not write its own node: %v", err)
+		t.Fatalf("statusd could not write its own node: %v", err)
 	}
 	if updated.Annotations[v1alpha1.NodeAnnotationConfigStatus] != "{}" {
 		t.Fatal("the status subresource dropped the annotation")
 	}
-	// A drain's cordon: spec.unschedulable of its own Node, and nothing
-	// else of any spec.
-	cordon := []byte(`{"spec":{"unschedulable":true}}`)
-	if _, err := agent.CoreV1().Nodes().Patch(ctx, "other-node", types.MergePatchType, cordon, metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "only write the Node it runs on") {
-		t.Fatalf("agent cordoned another node: %v", err)
-	}
-	if n, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil || !n.Spec.Unschedulable {
-		t.Fatalf("agent could not cordon its own node: %v", err)
-	}
-	if _, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{}); err != nil {
-		t.Fatalf("agent could not uncordon its own node: %v", err)
-	}
-	for what, p := range map[string]string{
-		"a taint":      `{"spec":{"taints":[{"key":"example.com/evil","effect":"NoSchedule"}]}}`,
-		"its podCIDR":  `{"spec":{"podCIDR":"10.9.0.0/24"}}`,
-		"its provider": `{"spec":{"providerID":"aws:///us-east-1a/i-0"}}`,
-	} {
-		if _, err := agent.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(p), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "may change only spec.unschedulable") {
-			t.Errorf("agent changed %s of its own Node: %v", what, err)
-		}
+	if _, err := statusd.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err == nil {
+		t.Fatal("statusd patched a Node spec")
 	}
 	// Of its own Node, only its condition and its annotation.
-	refusedOwn(t, agent, "own-node")
+	refusedOwn(t, statusd, "own-node")
 
-	// The policy does not depend on the namespace the install is in: an
-	// agent ServiceAccount of another namespace, given the same rights, is
-	// held to the same rules.
+	// checkpointd, root on the node, may not write its Node's status nor
+	// its metadata; of it, only spec.unschedulable: a drain's cordon.
+	checkpointd := impersonate(t, "system:serviceaccount:nodeconfig-system:nodeconfig-agent", "own-node")
+	if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, "own-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); !apierrors.IsForbidden(err) {
+		t.Fatalf("checkpointd's own condition and annotation: %v, want Forbidden", err)
+	}
+	cordon := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, "other-node", types.MergePatchType, cordon, metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "only write the Node it runs on") {
+		t.Fatalf("checkpointd cordoned another node: %v", err)
+	}
+	if n, err := checkpointd.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil || !n.Spec.Unschedulable {
+		t.Fatalf("checkpointd could not cordon its own node: %v", err)
+	}
+	if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("checkpointd could not uncordon its own node: %v", err)
+	}
+	for what, p := range map[string]string{
+		"a taint":       `{"spec":{"taints":[{"key":"example.com/evil","effect":"NoSchedule"}]}}`,
+		"its podCIDR":   `{"spec":{"podCIDR":"10.9.0.0/24"}}`,
+		"its provider":  `{"spec":{"providerID":"aws:///us-east-1a/i-0"}}`,
+		"a label":       `{"metadata":{"labels":{"x":"y"}}}`,
+		"an annotation": `{"metadata":{"annotations":{"` + v1alpha1.NodeAnnotationConfigStatus + `":"{}"}}}`,
+		"a finalizer":   `{"metadata":{"finalizers":["example.com/hold"]}}`,
+	} {
+		if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(p), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "nodeconfig agent may") {
+			t.Errorf("checkpointd changed %s of its own Node: %v", what, err)
+		}
+	}
+
+	// The policy does not depend on the namespace the install is in:
+	// statusd's ServiceAccount of another namespace, given the same rights,
+	// is held to the same rules.
 	if _, err := cluster.Shared.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "nodeconfig-agent-elsewhere"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "nodeconfig-agent"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "nodeconfig-agent", Namespace: "nodeconfig-elsewhere"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeconfig-status-elsewhere"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "nodeconfig-status"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "nodeconfig-status", Namespace: "nodeconfig-elsewhere"}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cluster.Shared.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), "nodeconfig-agent-elsewhere", metav1.DeleteOptions{})
+		_ = cluster.Shared.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), "nodeconfig-status-elsewhere", metav1.DeleteOptions{})
 	})
-	elsewhere := impersonate(t, "system:serviceaccount:nodeconfig-elsewhere:nodeconfig-agent", "own-node")
+	elsewhere := impersonate(t, "system:serviceaccount:nodeconfig-elsewhere:nodeconfig-status", "own-node")
 	if err := proc.WaitFor(20*time.Second, func() (bool, error) {
 		_, err := elsewhere.CoreV1().Nodes().Patch(ctx, "own-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 		return err == nil, nil
 	}); err != nil {
-		t.Fatalf("an agent installed elsewhere could not write its own condition: %v", err)
+		t.Fatalf("a statusd installed elsewhere could not write its own condition: %v", err)
 	}
 	if _, err := elsewhere.CoreV1().Nodes().Patch(ctx, "other-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); err == nil {
-		t.Fatal("an agent installed in another namespace wrote another node")
+		t.Fatal("a statusd installed in another namespace wrote another node")
 	}
 	refusedOwn(t, elsewhere, "own-node")
 
@@ -288,9 +328,9 @@ func impersonate(t *testing.T, user, node string) kubernetes.Interface {
 	return c
 }
 
-// refusedOwn checks that an agent cannot change anything of its own Node
+// refusedOwn checks that statusd cannot change anything of its own Node
 // but its condition and its annotation, through the status subresource.
-func refusedOwn(t *testing.T, agent kubernetes.Interface, node string) {
+func refusedOwn(t *testing.T, statusd kubernetes.Interface, node string) {
 	t.Helper()
 	for what, p := range map[string]string{
 		"a label":            `{"metadata":{"labels":{"x":"y"}}}`,
@@ -305,9 +345,9 @@ func refusedOwn(t *testing.T, agent kubernetes.Interface, node string) {
 		"an owner reference": `{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}}`,
 		"a finalizer":        `{"metadata":{"finalizers":["example.com/hold"]}}`,
 	} {
-		_, err := agent.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, []byte(p), metav1.PatchOptions{}, "status")
+		_, err := statusd.CoreV1().Nodes().Patch(context.Background(), node, types.StrategicMergePatchType, []byte(p), metav1.PatchOptions{}, "status")
 		if err == nil || !strings.Contains(err.Error(), "may") {
-			t.Errorf("the agent changed %s of its own Node: %v", what, err)
+			t.Errorf("statusd changed %s of its own Node: %v", what, err)
 		}
 	}
 }

@@ -22,12 +22,12 @@ import (
 )
 
 // With the API server's priority and fairness on, as clusters run it, the
-// agents' requests are classified into the priority levels deploy/ gives
-// them, and the reconciler's are not: the API server says which in each
-// answer. The agents' reviews of their callers (the rollout's and the
-// metrics ports') and their reads of the signing keys have a level apart
-// from their Node patches and reads, so a flood of either cannot queue the
-// other.
+// agents' requests (checkpointd's and statusd's) are classified into the
+// priority levels deploy/ gives them, and the reconciler's are not: the
+// API server says which in each answer. checkpointd's reviews of its
+// callers (the rollout's and the metrics port's) and its reads of the
+// signing keys have a level apart from the Node patches and reads, so a
+// flood of either cannot queue the other.
 func TestAgentsHaveTheirOwnPriorityLevels(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -61,6 +61,7 @@ func TestAgentsHaveTheirOwnPriorityLevels(t *testing.T) {
 	agentSchema, agentLevel := uids("nodeconfig-agents")
 	reviewSchema, reviewLevel := uids("nodeconfig-agent-reviews")
 	agent := tokenClient(ctx, t, c, "nodeconfig-agent", "n1")
+	status := tokenClient(ctx, t, c, "nodeconfig-status", "n1")
 	reconciler := tokenClient(ctx, t, c, "nodeconfig-reconciler", "")
 	const (
 		tokenReview = `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{"token":"not-a-token"}}`
@@ -76,19 +77,22 @@ func TestAgentsHaveTheirOwnPriorityLevels(t *testing.T) {
 		t.Fatalf("the agent's TokenReview went to FlowSchema %q, want nodeconfig-agent-reviews (%s): %v", got.schema, reviewSchema, err)
 	}
 	for _, r := range []struct {
+		who                      string
+		as                       *http.Client
 		what, method, path, body string
 		schema, level            types.UID
 	}{
-		{"TokenReview", http.MethodPost, "/apis/authentication.k8s.io/v1/tokenreviews", tokenReview, reviewSchema, reviewLevel},
-		{"SubjectAccessReview", http.MethodPost, "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+		{"checkpointd", agent, "TokenReview", http.MethodPost, "/apis/authentication.k8s.io/v1/tokenreviews", tokenReview, reviewSchema, reviewLevel},
+		{"checkpointd", agent, "SubjectAccessReview", http.MethodPost, "/apis/authorization.k8s.io/v1/subjectaccessreviews",
 			`{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{"user":"u","nonResourceAttributes":{"path":"/metrics","verb":"get"}}}`, reviewSchema, reviewLevel},
-		{"read of the signing keys", http.MethodGet, "/openid/v1/jwks", "", reviewSchema, reviewLevel},
-		{"status patch", http.MethodPatch, "/api/v1/nodes/n1/status", statusPatch, agentSchema, agentLevel},
-		{"read of its Node", http.MethodGet, "/api/v1/nodes/n1", "", agentSchema, agentLevel},
+		{"checkpointd", agent, "read of the signing keys", http.MethodGet, "/openid/v1/jwks", "", reviewSchema, reviewLevel},
+		{"checkpointd", agent, "read of its Node", http.MethodGet, "/api/v1/nodes/n1", "", agentSchema, agentLevel},
+		{"statusd", status, "status patch", http.MethodPatch, "/api/v1/nodes/n1/status", statusPatch, agentSchema, agentLevel},
+		{"statusd", status, "read of its Node", http.MethodGet, "/api/v1/nodes/n1", "", agentSchema, agentLevel},
 	} {
-		got, err := classify(ctx, agent, r.method, c.URL+r.path, r.body)
+		got, err := classify(ctx, r.as, r.method, c.URL+r.path, r.body)
 		if err != nil || got.code >= 300 || got.schema != r.schema || got.level != r.level {
-			t.Errorf("the agent's %s: %d, FlowSchema %q, priority level %q (%v); want 2xx in %q, %q", r.what, got.code, got.schema, got.level, err, r.schema, r.level)
+			t.Errorf("%s's %s: %d, FlowSchema %q, priority level %q (%v); want 2xx in %q, %q", r.who, r.what, got.code, got.schema, got.level, err, r.schema, r.level)
 		}
 	}
 	if got, err = classify(ctx, reconciler, http.MethodGet, c.URL+"/api/v1/nodes", ""); err != nil || got.schema == "" ||

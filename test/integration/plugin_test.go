@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/client/clientset"
@@ -120,6 +122,8 @@ func TestKubectlPluginAgainstMakeRun(t *testing.T) {
 			"reconciler: " + makeRunReconciler + "\n",
 			"NodeConfig demo (ConfigMap nodeconfig-demo/kubelet-config key config.yaml)\n",
 			"  Ready=True/AllNodesActive  Progressing=False/RolloutComplete  Degraded=False/AsExpected  paused=false  selected=2 active=2 ",
+			"  nodes: Active 2\n",
+			"  Active (2): the assigned config is active and last-known-good\n",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("status does not say %q", want)
@@ -187,6 +191,59 @@ func TestKubectlPluginAgainstMakeRun(t *testing.T) {
 					t.Errorf("%s %s = %+v, the annotation says %+v", n.Name, name, got, want)
 				}
 			}
+		}
+	})
+
+	t.Run("status -o yaml, name; kubectl's flags", func(t *testing.T) {
+		var fromJSON, fromYAML map[string]any
+		if err := json.Unmarshal([]byte(mustRun("status", "-o", "json", "--reconciler", makeRunReconciler)), &fromJSON); err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal([]byte(mustRun("status", "-o", "yaml", "--reconciler", makeRunReconciler)), &fromYAML); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(fromJSON, fromYAML) {
+			t.Errorf("status -o yaml differs from -o json:\n%v\n%v", fromYAML, fromJSON)
+		}
+		if out := mustRun("status", "demo", "-o", "name", "--reconciler", makeRunReconciler); out != "node/node-0\nnode/node-1\n" {
+			t.Errorf("status -o name: %q", out)
+		}
+		// --request-timeout=0 means no timeout, as for kubectl; --context
+		// names the kubeconfig's context.
+		cfg, err := clientcmd.LoadFromFile(kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := mustRun("status", "--request-timeout=0", "--context", cfg.CurrentContext, "--reconciler", makeRunReconciler); !strings.Contains(out, "  nodes: Active 2\n") {
+			t.Errorf("status --request-timeout=0 --context %s:\n%s", cfg.CurrentContext, out)
+		}
+		if _, stderr, err := run("status", "--context", "no-such-context"); err == nil || !strings.Contains(stderr, "no-such-context") {
+			t.Errorf("status --context no-such-context: %v, %q", err, stderr)
+		}
+	})
+
+	t.Run("version", func(t *testing.T) {
+		var v struct {
+			Client struct {
+				Version string `json:"version"`
+			} `json:"client"`
+			Server struct {
+				GitVersion string `json:"gitVersion"`
+			} `json:"server"`
+			Reconciler struct {
+				Error string `json:"error"`
+			} `json:"reconciler"`
+		}
+		if err := json.Unmarshal([]byte(mustRun("version", "-o", "json")), &v); err != nil {
+			t.Fatal(err)
+		}
+		info, err := kube.Discovery().ServerVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// make run's reconciler holds the Lease as "local", which names no pod.
+		if v.Client.Version == "" || v.Server.GitVersion != info.GitVersion || !strings.Contains(v.Reconciler.Error, `held by "local"`) {
+			t.Errorf("version -o json: %+v; the API server says %s", v, info.GitVersion)
 		}
 	})
 

@@ -33,12 +33,15 @@ func TestThePoliciesHoldEveryFieldTheyDoNotAllow(t *testing.T) {
 		// whole objects compared at once
 		whole []string
 	}{
-		{"rbac.yaml", "nodeconfig-agent-own-node", map[string]heldFields{
+		{"rbac.yaml", "nodeconfig-status-own-node", map[string]heldFields{
 			"metadata": {metav1.ObjectMeta{}, append([]string{"annotations"}, serverSet...)},
 			"status":   {corev1.NodeStatus{}, []string{"conditions"}},
+		}, []string{"spec"}},
+		{"rbac.yaml", "nodeconfig-agent-own-node", map[string]heldFields{
+			"metadata": {metav1.ObjectMeta{}, serverSet},
 			// A drain's cordon.
 			"spec": {corev1.NodeSpec{}, []string{"unschedulable"}},
-		}, nil},
+		}, []string{"status"}},
 		{"rbac.yaml", "nodeconfig-reconciler-abandon-mark", map[string]heldFields{
 			"metadata": {metav1.ObjectMeta{}, append([]string{"annotations"}, serverSet...)},
 		}, []string{"spec"}},

@@ -24,9 +24,10 @@ import (
 //     MemoryPressure=True and the kubelet evicts the reconciler's
 //     replicas; the agent rolls back with no reconciler needed, the
 //     pressure ends, and the Node's condition and an Event say why.
-//   - maxPods 1 on a node that runs three pods: the restarted kubelet
-//     ends two of them (the reconciler's, to admit the agent's, which is
-//     critical); rolled back.
+//   - maxPods 1 on a node that runs four pods: the restarted kubelet
+//     keeps the agent's, which outranks the others, and ends the
+//     reconciler's and statusd's; rolled back by the agent alone, and
+//     statusd, started again, tells of it.
 func healthGatesRollBack(ctx context.Context, t *testing.T, work string) {
 	// A soak long enough that the pressure, seconds after the restart,
 	// comes within it.
@@ -143,6 +144,5 @@ func cleanUpEnded(ctx context.Context, t *testing.T, work string) {
 	if err := node.WaitNodeReady(ctx, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
+	waitInstallReady(ctx, t)
 }

@@ -40,37 +40,53 @@ func InstallCommands() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf, err := os.ReadFile(filepath.Join(root, "README.md"))
+	lines, err := ReadmeCommands("Install on a cluster")
 	if err != nil {
 		return nil, err
 	}
-	section := string(buf)
-	start := strings.Index(section, "## Install on a cluster")
-	if start < 0 {
-		return nil, fmt.Errorf(`README.md has no "## Install on a cluster" section`)
-	}
-	section = section[start+3:]
-	if end := strings.Index(section, "\n## "); end >= 0 {
-		section = section[:end]
-	}
 	overlay := filepath.Join(root, "test", "realnode", "overlay")
 	var cmds []string
-	for _, b := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
-		for _, line := range strings.Split(strings.ReplaceAll(b[1], "\\\n", " "), "\n") {
-			line = strings.TrimSpace(line)
-			if line == "" || strings.HasPrefix(line, "#") || strings.Contains(line, " -w") {
-				continue
-			}
-			line = strings.ReplaceAll(line, "apply -k deploy/", "apply -k "+overlay)
-			line = strings.ReplaceAll(line, "-f deploy/", "-f "+filepath.Join(root, "deploy")+"/")
-			line = strings.ReplaceAll(line, "bin/images/", filepath.Join(root, "bin", "images")+"/")
-			cmds = append(cmds, line)
+	for _, line := range lines {
+		if strings.Contains(line, " -w") {
+			continue
 		}
+		line = strings.ReplaceAll(line, "apply -k deploy/", "apply -k "+overlay)
+		line = strings.ReplaceAll(line, "-f deploy/", "-f "+filepath.Join(root, "deploy")+"/")
+		line = strings.ReplaceAll(line, "bin/images/", filepath.Join(root, "bin", "images")+"/")
+		cmds = append(cmds, line)
 	}
 	if len(cmds) < 8 {
 		return nil, fmt.Errorf("found only %d commands in the README's install section: %q", len(cmds), cmds)
 	}
 	return cmds, nil
+}
+
+// ReadmeCommands are the shell lines of the README section whose heading
+// begins with heading, in order: continuation lines joined, blank lines
+// and comments left out.
+func ReadmeCommands(heading string) ([]string, error) {
+	root, err := proc.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	buf, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		return nil, err
+	}
+	_, section, ok := strings.Cut(string(buf), "\n## "+heading)
+	if !ok {
+		return nil, fmt.Errorf("README.md has no section %q", heading)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var lines []string
+	for _, b := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1) {
+		for _, line := range strings.Split(strings.ReplaceAll(b[1], "\\\n", " "), "\n") {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				lines = append(lines, line)
+			}
+		}
+	}
+	return lines, nil
 }
 
 // Shell runs one command line with bash in dir, as a person at this node

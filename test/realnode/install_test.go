@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -28,7 +28,10 @@ const (
 // kubelet: the agent DaemonSet and both reconciler replicas run and stay up;
 // a NodeConfig with validator kubelet rolls a drop-in into the kubelet's
 // --config-dir, the agent restarts the kubelet, which runs it, and the Node
-// goes active -> soaking -> last-known-good; a config the validator lets
+// goes active -> soaking -> last-known-good; the agent finds the kubelet's
+// files on its command line, and installed on a kubelet without
+// --config-dir it refuses, writes nothing and says the flag to add, then
+// follows the kubelet once it has it; a config the validator lets
 // through but the kubelet refuses is rolled back by the agent, the kubelet
 // is healthy on last-known-good and the rollout halts; deleting the
 // NodeConfig brings the kubelet back to its base config. Nobody touches the
@@ -42,16 +45,16 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	work := t.TempDir()
 	decoy := startDecoyKubelet(t)
 	defer decoy.checkNeverSignalled(t)
-	// Read before the install: once it runs, the agent may restart the
-	// kubelet before the Node says the config is active.
+	withConfigDir := restartKubeletWithoutConfigDir(ctx, t)
 	starts := node.Kubelet.Starts()
 	if err := node.Install(ctx, work, func(s string) { t.Log(s) }); err != nil {
 		t.Fatalf("README install: %v\n%s", err, diagnose(ctx))
 	}
 
-	// Both replicas Ready, one leader among them; the agent Ready.
-	pods := waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
+	// Both replicas Ready, one leader among them; the agent and statusd
+	// Ready, statusd without root nor the host's PIDs.
+	pods := waitInstallReady(ctx, t)
+	checkAgentsPrivileges(t)
 	lease, err := client.CoordinationV1().Leases(namespace).Get(ctx, "nodeconfig-reconciler", metav1.GetOptions{})
 	if err != nil || lease.Spec.HolderIdentity == nil {
 		t.Fatalf("no leader: %v %+v", err, lease)
@@ -59,13 +62,17 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	if leader := *lease.Spec.HolderIdentity; leader != pods[0].Name && leader != pods[1].Name {
 		t.Fatalf("leader %q is neither replica (%s, %s)", leader, pods[0].Name, pods[1].Name)
 	}
-	attackWithTheAgentsToken(ctx, t)
+	attackWithTheAgentsTokens(ctx, t)
 
-	// The agent writes the drop-in where the real kubelet reads it.
+	// The agent writes the drop-in where the real kubelet reads it, once
+	// the kubelet has a --config-dir.
 	cm, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kubelet-config", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Read before the agent can write: once it does, it may restart the
+	// kubelet before the Node says the config is active.
+	starts = refusedWithoutConfigDir(ctx, t, cm.ResourceVersion, withConfigDir, starts)
 	waitFile(t, filepath.Join(realnode.ConfigDir, dropIn), cm.Data["config.yaml"])
 	waitStatus(ctx, t, "the new config active", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return nodeview.ResourceVersion(st.Active) == cm.ResourceVersion
@@ -162,6 +169,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	healthGatesRollBack(ctx, t, work)
 	prometheusGate(ctx, t, work)
 	restartOnlyWhenNeeded(ctx, t, work)
+	readmeStatusAndIncident(ctx, t, work)
 	// The power cut restarted every container once: counted from here.
 	restartsAfterBoot := containerRestarts(ctx, t)
 	disruptionByField(ctx, t, work)
@@ -215,6 +223,16 @@ func diagnose(ctx context.Context) string {
 		}
 	}
 	return b.String()
+}
+
+// waitInstallReady waits until every Pod of the install is Ready: both
+// reconciler replicas, which it returns, checkpointd's and statusd's.
+func waitInstallReady(ctx context.Context, t *testing.T) []corev1.Pod {
+	t.Helper()
+	pods := waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
+	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
+	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-status", 1)
+	return pods
 }
 
 func waitPodsReady(ctx context.Context, t *testing.T, selector string, want int) []corev1.Pod {
@@ -555,22 +573,20 @@ func startGuardWithoutAgent(ctx context.Context, t *testing.T, work string) {
 	if err := node.WaitNodeReady(ctx, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-reconciler", 2)
-	waitPodsReady(ctx, t, "app.kubernetes.io/name=nodeconfig-agent", 1)
+	waitInstallReady(ctx, t)
 }
 
 // agentProcess is the pid of a running checkpointd of the install, 0 for
 // none.
-func agentProcess() int {
-	matches, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, m := range matches {
-		b, err := os.ReadFile(m)
-		if err != nil {
-			continue
-		}
-		if args := strings.Split(string(b), "\x00"); args[0] == "/service" && strings.Contains(string(b), "--consumer-restart") {
-			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(m)))
-			return pid
+func agentProcess() int { return installProcess("--consumer-restart") }
+
+// installProcess is the pid of a running process of the install (the
+// images' entrypoint is /service) whose arguments hold arg, 0 for none.
+func installProcess(arg string) int {
+	procs, _ := procfs.AllProcs()
+	for _, p := range procs {
+		if args, err := p.CmdLine(); err == nil && len(args) > 0 && args[0] == "/service" && strings.Contains(strings.Join(args, "\x00"), arg) {
+			return p.PID
 		}
 	}
 	return 0

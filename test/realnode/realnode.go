@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,6 +61,12 @@ const (
 var (
 	// ConfigDir is the kubelet's --config-dir, where the agent writes its drop-in.
 	ConfigDir = filepath.Join(Root, "kubelet.conf.d")
+	// EtcKubernetes stands in for the host's /etc/kubernetes, which the
+	// agent mounts read-only with its drop-in directory mounted read-write
+	// below: it holds only that directory's mount point, as deploy/'s
+	// hostPath makes it there on a host (the runtime cannot make one in a
+	// read-only mount).
+	EtcKubernetes = filepath.Join(Root, "etc-kubernetes")
 	// AgentStateDir is the agent's store (deploy: /var/lib/nodeconfig).
 	AgentStateDir = filepath.Join(Root, "agent-state")
 	// KubeletPidFile is where the kubelet's supervisor writes its pid.
@@ -82,8 +89,10 @@ type Node struct {
 
 	host       *hoststate.Before
 	containerd string // socket
-	// superviseKubelet starts the kubelet under a new supervisor (Boot).
+	// superviseKubelet starts the kubelet under a new supervisor (Boot),
+	// with kubeletArgs.
 	superviseKubelet func() (*Supervisor, error)
+	kubeletArgs      []string
 	adminClient      *http.Client
 }
 
@@ -133,7 +142,7 @@ func Start(ctx context.Context, images ...string) (n *Node, err error) {
 			}
 		}
 	}()
-	for _, d := range []string{n.Logs, ConfigDir, AgentStateDir, KubeletUnitDir, filepath.Join(Root, "cni", "net.d")} {
+	for _, d := range []string{n.Logs, ConfigDir, AgentStateDir, KubeletUnitDir, filepath.Join(Root, "cni", "net.d"), filepath.Join(EtcKubernetes, "kubelet.conf.d")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
@@ -345,7 +354,7 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%%, imagefs.available:
 	if err := os.WriteFile(n.KubeletConfig, []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	args := []string{
+	n.kubeletArgs = []string{
 		"--config", n.KubeletConfig, "--config-dir", ConfigDir,
 		"--kubeconfig", kubeconfig, "--root-dir", filepath.Join(Root, "kubelet"),
 		"--hostname-override", NodeName, "--node-ip", Gateway,
@@ -359,11 +368,32 @@ evictionHard: {memory.available: 50Mi, nodefs.available: 1%%, imagefs.available:
 		return err
 	}
 	n.superviseKubelet = func() (*Supervisor, error) {
-		p := &proc.Process{Name: "kubelet", Path: KubeletBinary, Args: args, LogPath: filepath.Join(n.Logs, "kubelet.log"), Cgroup: cgroup}
+		p := &proc.Process{Name: "kubelet", Path: KubeletBinary, Args: slices.Clone(n.kubeletArgs), LogPath: filepath.Join(n.Logs, "kubelet.log"), Cgroup: cgroup}
 		return Supervise(p, KubeletPidFile, KubeletUnitDir, filepath.Join(n.Logs, "exec-start-pre.log"))
 	}
 	n.Kubelet, err = n.superviseKubelet()
 	return err
+}
+
+// KubeletArgs are the kubelet's arguments (after its path).
+func (n *Node) KubeletArgs() []string { return slices.Clone(n.kubeletArgs) }
+
+// RestartKubeletWith restarts the kubelet with args (after its path), as a
+// person does who edits its flags (KUBELET_EXTRA_ARGS) and restarts its
+// unit: SIGTERM, and its supervisor starts it again RestartDelay later,
+// with them from then on (a Boot too). It returns once it has started.
+func (n *Node) RestartKubeletWith(args []string) error {
+	n.kubeletArgs = slices.Clone(args)
+	starts := n.Kubelet.Starts()
+	n.Kubelet.SetArgs(slices.Clone(args))
+	if n.Kubelet.Running() {
+		if err := syscall.Kill(n.Kubelet.Pid(), syscall.SIGTERM); err != nil {
+			return err
+		}
+	}
+	return proc.WaitFor(time.Minute, func() (bool, error) {
+		return n.Kubelet.Starts() > starts && n.Kubelet.Running(), fmt.Errorf("the kubelet has not started again (%d starts)", n.Kubelet.Starts())
+	})
 }
 
 // PowerOff stops the node as a power cut does: the kubelet and its

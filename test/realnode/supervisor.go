@@ -111,6 +111,14 @@ func (s *Supervisor) Hold() {
 	}
 }
 
+// SetArgs gives the process other arguments from its next start on, as an
+// edit of a unit's command line does until the unit restarts.
+func (s *Supervisor) SetArgs(args []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.Process.Args = args
+}
+
 // Release lets a held process start again.
 func (s *Supervisor) Release() {
 	s.mu.Lock()

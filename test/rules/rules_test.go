@@ -4,13 +4,9 @@
 package rules
 
 import (
-	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -53,13 +49,6 @@ func TestAlertRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// On PATH, or where make promtool puts it.
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if promtool, err = exec.LookPath(filepath.Join(root, "bin", "promtool")); err != nil {
-			t.Fatalf("promtool is needed to test the alert rules: make promtool puts it in ./bin (from Debian's prometheus package): %v", err)
-		}
-	}
 	raw, err := os.ReadFile(filepath.Join(root, "deploy", "components", "prometheus", "rules.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -91,23 +80,8 @@ func TestAlertRules(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	run := func(args ...string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, promtool, args...)
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			t.Fatalf("promtool %v: %v", args, err)
-		}
-		if err != nil {
-			t.Errorf("promtool %v: %v\n%s", args, err, out)
-		}
-	}
-	run("check", "rules", "nodeconfig-rules.yaml")
-	run("test", "rules", "alerts_test.yaml")
+	promtoolRun(t, root, dir, "check", "rules", "nodeconfig-rules.yaml")
+	promtoolRun(t, root, dir, "test", "rules", "alerts_test.yaml")
 
 	var ut unitTests
 	if err := yaml.Unmarshal(tests, &ut); err != nil {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -130,5 +131,29 @@ func TestStatusAndDescribe(t *testing.T) {
 	}
 	if SameSource(src("1"), src("2")) || !SameSource(nil, nil) || SameSource(nil, src("1")) {
 		t.Fatal("SameSource")
+	}
+}
+
+// SameSource compares ConfigSource's fields one by one: each must tell two
+// sources apart, a field added to the message too.
+func TestSameSourceComparesEveryField(t *testing.T) {
+	fields := (&nodeconfigv1.ConfigSource{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		other := src("1")
+		other.ProtoReflect().Set(fields.Get(i), protoreflect.ValueOfString("other"))
+		if SameSource(src("1"), other) {
+			t.Errorf("SameSource ignores %s", fields.Get(i).Name())
+		}
+	}
+}
+
+func TestNodeClears(t *testing.T) {
+	for reason, want := range map[string]bool{
+		ReasonWriteFailed: true, ReasonKubeletNoConfigDir: true,
+		ReasonNodeFilesUnreadable: false, ReasonConsumerUnhealthy: false, "DownloadFailed": false,
+	} {
+		if got := NodeClears(reason); got != want {
+			t.Errorf("NodeClears(%s) = %v, want %v", reason, got, want)
+		}
 	}
 }

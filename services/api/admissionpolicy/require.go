@@ -1,7 +1,7 @@
 // Package admissionpolicy checks, before a service writes to the cluster,
 // that the ValidatingAdmissionPolicy confining it is installed and
 // enforced. RBAC cannot say "its own Node" nor "only this annotation": it
-// lets the agent patch every Node's status and the reconciler every Node,
+// lets statusd patch every Node's status and the reconciler every Node,
 // and the policy is what narrows that. A policy or binding deleted or
 // loosened would go unnoticed, so the service refuses to start instead.
 package admissionpolicy

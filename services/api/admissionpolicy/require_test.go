@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-const name = "nodeconfig-agent-own-node"
+const name = "nodeconfig-status-own-node"
 
 func installed() (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	fail := admissionregistrationv1.Fail

@@ -18,9 +18,9 @@ const (
 // Reasons of a Node's NodeConfigReady condition, one per lifecycle state.
 // The condition also carries the reason of an error the node's records hold:
 // one below, or one of the node's own (records.ReasonWriteFailed,
-// ReasonConsumerUnhealthy, ReasonStartGuardFellBack, ReasonHealthGateFailed, which checkpointd
-// records, defined beside the protobuf contract in
-// nodeconfig.io/proto/nodeconfig/records).
+// ReasonKubeletNoConfigDir, ReasonConsumerUnhealthy, ReasonStartGuardFellBack,
+// ReasonHealthGateFailed, which checkpointd records, defined beside the
+// protobuf contract in nodeconfig.io/proto/nodeconfig/records).
 const (
 	// NodeReasonLocalDefault: nothing is assigned; the node uses its local
 	// default.

@@ -202,6 +202,18 @@ type Rollout struct {
 	// +kubebuilder:default=Undo
 	// +optional
 	OnHalt string `json:"onHalt,omitempty"`
+	// A node label key (e.g. topology.kubernetes.io/zone) whose values are
+	// the rollout's waves: at most one value has nodes on trial at a time
+	// (within maxInTrial), and the next value starts only once every node of
+	// the one before is done with the version (promoted it, rolled back
+	// from it, or failed before its trial started). The order is the
+	// values sorted, the nodes without the label last as one wave; resets
+	// and undos go wave by wave too. status.waves shows the order and
+	// where the rollout is. Unset: every node is one wave.
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:XValidation:rule="!format.qualifiedName().validate(self).hasValue()",message="topologyKey must be a node label key: an optional DNS subdomain prefix and '/', then a name of 1 to 63 alphanumerics, '-', '_' or '.' that starts and ends alphanumeric"
+	// +optional
+	TopologyKey string `json:"topologyKey,omitempty"`
 	// Drains of a node before its kubelet restarts onto a change. Absent,
 	// a node is drained only when a kubelet field that changes needs it
 	// (docs/disruption.md), within 300 seconds.
@@ -304,6 +316,9 @@ type NodeConfigStatus struct {
 	// wait for one.
 	// +optional
 	NextWindow *metav1.Time `json:"nextWindow,omitempty"`
+	// The rollout's waves, while spec.rollout.topologyKey is set.
+	// +optional
+	Waves *RolloutWaves `json:"waves,omitempty"`
 	// Per config version (ConfigMap uid and resourceVersion, key,
 	// validator), the nodes that rolled back from it; maxFailures of them
 	// halt that version's rollout. A halt is a fact about a version, so it
@@ -311,6 +326,28 @@ type NodeConfigStatus struct {
 	// fail-over loses it.
 	// +optional
 	RolledBackVersions []RolledBackVersion `json:"rolledBackVersions,omitempty"`
+}
+
+// MaxListedWaves bounds RolloutWaves.Order: a key with a value per node
+// (kubernetes.io/hostname) would otherwise list the whole fleet.
+const MaxListedWaves = 64
+
+// RolloutWaves is the order of a rollout's waves (one per value of
+// spec.rollout.topologyKey among the selected nodes) and where it is.
+type RolloutWaves struct {
+	// The label key the waves are by.
+	TopologyKey string `json:"topologyKey"`
+	// The label's values in the order their waves roll out, the first 64;
+	// "" (always last) is the wave of the nodes without the label.
+	// +kubebuilder:validation:MaxItems=64
+	Order []string `json:"order"`
+	// How many waves there are.
+	Count int32 `json:"count"`
+	// The wave under way, by its place in the order from 1: the one with
+	// nodes on trial, else the first with a node still to take the
+	// version (or to reset); 0 when there is none.
+	// +optional
+	Current int32 `json:"current"`
 }
 
 // RolledBackVersion is one config version — what decides whether a config

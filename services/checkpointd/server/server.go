@@ -19,6 +19,7 @@ import (
 	"nodeconfig.io/services/checkpointd/internal/consumer"
 	"nodeconfig.io/services/checkpointd/internal/grpcapi"
 	"nodeconfig.io/services/checkpointd/internal/guard"
+	"nodeconfig.io/services/checkpointd/internal/kubeletfiles"
 	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
@@ -43,6 +44,10 @@ type Options struct {
 	// KubeletConfig is the kubelet's --config file: with it a kubelet
 	// drop-in is judged merged with it and the other drop-ins of TargetDir.
 	KubeletConfig string
+	// LocateKubelet, when set, finds the kubelet's --config and
+	// --config-dir in place of TargetDir, KubeletConfig and
+	// GuardHostTargetDir (lifecycle.Options.Locate).
+	LocateKubelet func() (kubeletfiles.Located, error)
 	// Consumer, when set, restarts the file's consumer after every change
 	// of the file and gates the soak on its health (RunConsumer).
 	Consumer *consumer.Gate
@@ -86,7 +91,9 @@ func Open(o Options) (*Checkpointd, error) {
 		Rules:       &o.Rules,
 		Drainer:     o.Drainer,
 	}
-	if o.KubeletConfig != "" {
+	if o.LocateKubelet != nil {
+		lo.Locate, lo.Target.Dir = o.LocateKubelet, ""
+	} else if o.KubeletConfig != "" {
 		lo.Kubelet = &kubeletcheck.NodeFiles{BaseConfig: o.KubeletConfig, DropInDir: o.TargetDir, Own: lo.Target.Path()}
 	}
 	if o.Consumer != nil { // a nil *Gate in the interface would not be nil
@@ -94,7 +101,7 @@ func Open(o Options) (*Checkpointd, error) {
 	}
 	if o.GuardDir != "" {
 		lo.Guard = &guard.Writer{Dir: o.GuardDir, NoSync: o.NoSync, RuntimeEndpoint: o.GuardRuntimeEndpoint}
-		if o.GuardHostTargetDir != "" {
+		if o.GuardHostTargetDir != "" && o.LocateKubelet == nil {
 			lo.Guard.HostTarget = filepath.Join(o.GuardHostTargetDir, o.TargetFile)
 		}
 	}

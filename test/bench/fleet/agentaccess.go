@@ -14,19 +14,21 @@ import (
 	"nodeconfig.io/test/framework/proc"
 )
 
-// The agents' ServiceAccount as deploy/rbac.yaml names it, installed into
-// the namespace the install uses.
+// The agents' ServiceAccounts as deploy/rbac.yaml names them, installed
+// into the namespace the install uses: checkpointd's, which reviews its
+// callers, and statusd's, which writes its Node's status.
 const (
 	agentNamespace = "nodeconfig-system"
 	agentAccount   = "nodeconfig-agent"
-	agentUser      = "system:serviceaccount:" + agentNamespace + ":" + agentAccount
+	statusAccount  = "nodeconfig-status"
+	statusUser     = "system:serviceaccount:" + agentNamespace + ":" + statusAccount
 )
 
 // installAgentAccess applies deploy/rbac.yaml and deploy/flowcontrol.yaml
-// into agentNamespace as an install does: the agents' ServiceAccount, its
-// RBAC, the admission policy that lets it write only its own Node's
-// condition and annotation, and the priority level its requests queue in
-// (without -priority-and-fairness the API server has no queues).
+// into agentNamespace as an install does: the agents' ServiceAccounts,
+// their RBAC, the admission policy that lets statusd write only its own
+// Node's condition and annotation, and the priority level their requests
+// queue in (without -priority-and-fairness the API server has no queues).
 func installAgentAccess(ctx context.Context, kubeconfig string) error {
 	root, err := proc.RepoRoot()
 	if err != nil {
@@ -44,21 +46,21 @@ func installAgentAccess(ctx context.Context, kubeconfig string) error {
 	return nil
 }
 
-// nodeTokens mints, for nodes from to to-1, the agents' ServiceAccount
-// token bound to each node's Node (boundTokens).
-func nodeTokens(ctx context.Context, kube *rest.Config, from, to int) ([]string, error) {
+// nodeTokens mints, for nodes from to to-1, a token of the agents'
+// ServiceAccount account bound to each node's Node (boundTokens).
+func nodeTokens(ctx context.Context, kube *rest.Config, account string, from, to int) ([]string, error) {
 	names := make([]string, to-from)
 	for k := range names {
 		names[k] = nodeName(from + k)
 	}
-	return boundTokens(ctx, kube, names)
+	return boundTokens(ctx, kube, account, names)
 }
 
-// boundTokens mints the agents' ServiceAccount token bound to each of the
-// Nodes named, as a pod's projected token is bound to the node it runs
-// on: the API server adds the node's name to the user, and the admission
-// policy checks it. The tokens last the run (an hour).
-func boundTokens(ctx context.Context, kube *rest.Config, names []string) ([]string, error) {
+// boundTokens mints a token of the agents' ServiceAccount account bound to
+// each of the Nodes named, as a pod's projected token is bound to the node
+// it runs on: the API server adds the node's name to the user, and the
+// admission policy checks it. The tokens last the run (an hour).
+func boundTokens(ctx context.Context, kube *rest.Config, account string, names []string) ([]string, error) {
 	cfg := rest.CopyConfig(kube)
 	cfg.QPS, cfg.Burst = 1000, 2000
 	admin, err := kubernetes.NewForConfig(cfg)
@@ -67,7 +69,7 @@ func boundTokens(ctx context.Context, kube *rest.Config, names []string) ([]stri
 	}
 	tokens := make([]string, len(names))
 	err = forEach(len(names), 32, func(k int) error {
-		tr, err := admin.CoreV1().ServiceAccounts(agentNamespace).CreateToken(ctx, agentAccount, &authenticationv1.TokenRequest{
+		tr, err := admin.CoreV1().ServiceAccounts(agentNamespace).CreateToken(ctx, account, &authenticationv1.TokenRequest{
 			Spec: authenticationv1.TokenRequestSpec{
 				BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: names[k]},
 				ExpirationSeconds: new(int64(3600)),
@@ -82,12 +84,12 @@ func boundTokens(ctx context.Context, kube *rest.Config, names []string) ([]stri
 	return tokens, err
 }
 
-// asAgent is kube's server and CA with node's agent token instead of the
-// admin's credentials.
+// asAgent is kube's server and CA with one of node's agent tokens instead
+// of the admin's credentials.
 func asAgent(kube *rest.Config, token string) *rest.Config {
 	cfg := rest.AnonymousClientConfig(kube)
 	cfg.BearerToken = token
 	return cfg
 }
 
-const agentPolicy = "nodeconfig-agent-own-node" // deploy/rbac.yaml
+const agentPolicy = "nodeconfig-status-own-node" // deploy/rbac.yaml

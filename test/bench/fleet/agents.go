@@ -55,10 +55,10 @@ type agents struct {
 
 // security is what the installed path adds: the agents' serving
 // certificate, the reconciler's ServiceAccount whose per-node tokens the
-// agents review, and the agents' own ServiceAccount (deploy/rbac.yaml),
-// whose tokens, bound to each node's Node, every statusd writes with and
-// every checkpointd reviews with, under the install's RBAC and admission
-// policy.
+// agents review, and the agents' own ServiceAccounts (deploy/rbac.yaml),
+// whose tokens, bound to each node's Node, every statusd writes with
+// (statusd's) and every checkpointd reviews with (checkpointd's), under
+// the install's RBAC and admission policy.
 type security struct {
 	tls     pki.AgentTLS
 	account string // NAMESPACE/NAME
@@ -120,16 +120,19 @@ func startAgents(ctx context.Context, kube *rest.Config, root string, from, to i
 	// own connection to the API server), as a statusd process on a real
 	// node has. A Proxy func keeps client-go from sharing one cached
 	// transport between clients of the same TLS config; it proxies nothing.
-	// With the installed path's authentication both use the node's agent
-	// token instead of kube's admin credentials.
-	var tokens []string
+	// With the installed path's authentication each uses the node's token
+	// of its own ServiceAccount instead of kube's admin credentials.
+	var statusTokens, agentTokens []string
 	if sec != nil {
 		var err error
-		if tokens, err = nodeTokens(ctx, kube, from, to); err != nil {
+		if statusTokens, err = nodeTokens(ctx, kube, statusAccount, from, to); err != nil {
+			return nil, err
+		}
+		if agentTokens, err = nodeTokens(ctx, kube, agentAccount, from, to); err != nil {
 			return nil, err
 		}
 	}
-	client := func(i int, qps float32, burst int, userAgent string) *rest.Config {
+	client := func(tokens []string, i int, qps float32, burst int, userAgent string) *rest.Config {
 		var cfg *rest.Config
 		if sec != nil {
 			cfg = asAgent(kube, tokens[i-from])
@@ -144,13 +147,13 @@ func startAgents(ctx context.Context, kube *rest.Config, root string, from, to i
 	g.SetLimit(32)
 	for i := from; i < to; i++ {
 		g.Go(func() error {
-			cfg := client(i, 20, 40, "nodeconfig-statusd/fleet")
+			cfg := client(statusTokens, i, 20, 40, "nodeconfig-statusd/fleet")
 			cfg.Proxy = func(*http.Request) (*url.URL, error) { return nil, nil }
 			// Each agent's TokenReviews go through a client of its own
 			// budget, as checkpointd's do; client-go shares one cached
 			// transport between them, one file less per node (reviews
 			// are rare: one per token the reconciler mints).
-			reviewCfg := client(i, 10, 20, "nodeconfig-checkpointd/fleet")
+			reviewCfg := client(agentTokens, i, 10, 20, "nodeconfig-checkpointd/fleet")
 			reviewCfg.Timeout = 10 * time.Second
 			return a.start(ctx, i, root, fsync, sec, withStatusd(i), cfg, reviewCfg, log)
 		})

@@ -159,12 +159,12 @@ func probeNodeName(k int) string { return fmt.Sprintf("ceiling-probe-%03d", k) }
 
 // agentWriters write as the agents write in a change: ceilingWriters
 // writers, each taking turns over probeNodesPerWriter agents of its own.
-// Each agent has a connection of its own with the agents' token bound to a
+// Each agent has a connection of its own with statusd's token bound to a
 // Node of its own (created here, deleted by the returned cleanup), watches
 // that Node, and patches its status as statusd does (a strategic-merge
 // patch by statusd's field manager that changes the config-status
 // annotation and the NodeConfigReady condition); so each write is
-// authenticated as an agent, authorized, checked by the agents' admission
+// authenticated as statusd, authorized, checked by statusd's admission
 // policy, and sent to a watcher.
 func agentWriters(ctx context.Context, admin kubernetes.Interface, base *rest.Config) ([]ceilingWrite, func(), error) {
 	names := make([]string, ceilingWriters*probeNodesPerWriter)
@@ -190,7 +190,7 @@ func agentWriters(ctx context.Context, admin kubernetes.Interface, base *rest.Co
 		cleanup()
 		return nil, nil, err
 	}
-	tokens, err := boundTokens(ctx, base, names)
+	tokens, err := boundTokens(ctx, base, statusAccount, names)
 	if err != nil {
 		cleanup()
 		return nil, nil, err

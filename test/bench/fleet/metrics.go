@@ -42,7 +42,7 @@ func readCalls(auditLog string) (changeCalls, error) {
 			c.tokenRequests = append(c.tokenRequests, e.RequestReceived)
 		case created && e.ObjectRef.Resource == "tokenreviews":
 			c.tokenReviews = append(c.tokenReviews, e.RequestReceived)
-		case patched && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Subresource == "status" && e.User.Username == agentUser:
+		case patched && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Subresource == "status" && e.User.Username == statusUser:
 			c.agentPatches = append(c.agentPatches, e.RequestReceived)
 		}
 	})

@@ -64,13 +64,13 @@ func measurePolicyCost(ctx context.Context, kube *rest.Config, admin kubernetes.
 	return p, probe.wait(ctx, true)
 }
 
-// policyProbe tells whether the agents' admission policy is in force: it
-// is when node 0's agent token may not write node 1's status (a dry run:
+// policyProbe tells whether statusd's admission policy is in force: it is
+// when node 0's statusd token may not write node 1's status (a dry run:
 // nothing is written either way).
 type policyProbe struct{ agent kubernetes.Interface }
 
 func newPolicyProbe(ctx context.Context, kube *rest.Config) (*policyProbe, error) {
-	tokens, err := nodeTokens(ctx, kube, 0, 1)
+	tokens, err := nodeTokens(ctx, kube, statusAccount, 0, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +96,6 @@ func (p *policyProbe) wait(ctx context.Context, inForce bool) error {
 		if inForce {
 			want = "refused: " + refusal
 		}
-		return false, fmt.Errorf("node %s's agent token patching %s's status: got %v, want %s", nodeName(0), nodeName(1), err, want)
+		return false, fmt.Errorf("node %s's statusd token patching %s's status: got %v, want %s", nodeName(0), nodeName(1), err, want)
 	})
 }

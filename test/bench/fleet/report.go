@@ -91,7 +91,7 @@ func (r *fleetRun) reportAPICalls() error {
 		// bound to its Node, through RBAC and the admission policy.
 		patched := calls.agentPatches.between(start, end)
 		fmt.Printf("  Node status patches during the change as %s, with a token bound to the Node: %d, %.2f per node\n",
-			agentUser, patched, float64(patched)/float64(r.sel))
+			statusUser, patched, float64(patched)/float64(r.sel))
 	}
 	// An API server past its limit of requests in flight answers 429, and
 	// the write counts above count the refused writes too.

@@ -20,9 +20,9 @@ func TestTokenReviewsAreReadFromTheAuditLog(t *testing.T) {
 {"stage":"RequestReceived","verb":"create","objectRef":{"resource":"tokenreviews"},"requestReceivedTimestamp":"2026-11-24T07:00:50Z"}
 {"stage":"ResponseComplete","verb":"patch","objectRef":{"resource":"nodes"},"requestReceivedTimestamp":"2026-11-24T07:00:40Z"}
 {"stage":"ResponseComplete","verb":"create","objectRef":{"resource":"serviceaccounts","name":"nodeconfig-reconciler","subresource":"token"},"responseStatus":{"code":201},"requestReceivedTimestamp":"2026-11-24T07:00:31Z"}
-{"stage":"ResponseComplete","verb":"patch","user":{"username":"system:serviceaccount:nodeconfig-system:nodeconfig-agent"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-24T07:00:41Z"}
-{"stage":"ResponseComplete","verb":"patch","user":{"username":"system:serviceaccount:nodeconfig-system:nodeconfig-agent"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":422},"requestReceivedTimestamp":"2026-11-24T07:00:42Z"}
-{"stage":"ResponseComplete","verb":"patch","userAgent":"nodeconfig-statusd/fleet","user":{"username":"system:serviceaccount:nodeconfig-system:nodeconfig-agent"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":429},"requestReceivedTimestamp":"2026-11-24T07:00:44Z"}
+{"stage":"ResponseComplete","verb":"patch","user":{"username":"system:serviceaccount:nodeconfig-system:nodeconfig-status"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-24T07:00:41Z"}
+{"stage":"ResponseComplete","verb":"patch","user":{"username":"system:serviceaccount:nodeconfig-system:nodeconfig-status"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":422},"requestReceivedTimestamp":"2026-11-24T07:00:42Z"}
+{"stage":"ResponseComplete","verb":"patch","userAgent":"nodeconfig-statusd/fleet","user":{"username":"system:serviceaccount:nodeconfig-system:nodeconfig-status"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":429},"requestReceivedTimestamp":"2026-11-24T07:00:44Z"}
 {"stage":"ResponseComplete","verb":"get","userAgent":"fleet-ceiling-probe","objectRef":{"resource":"nodes"},"responseStatus":{"code":429},"requestReceivedTimestamp":"2026-11-24T07:00:45Z"}
 {"stage":"ResponseComplete","verb":"patch","user":{"username":"admin"},"objectRef":{"resource":"nodes","subresource":"status"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-24T07:00:43Z"}
 `
@@ -50,7 +50,7 @@ func TestTokenReviewsAreReadFromTheAuditLog(t *testing.T) {
 	if got := calls.tokenRequests.between(at(0), at(60)); got != 1 {
 		t.Errorf("the reconciler's TokenRequests: %d, want 1", got)
 	}
-	// Only the agent's allowed status patch: not the refused ones, nor the
+	// Only statusd's allowed status patch: not the refused ones, nor the
 	// admin's.
 	if got := calls.agentPatches.between(at(0), at(60)); got != 1 {
 		t.Errorf("the agents' status patches: %d, want 1", got)

@@ -291,14 +291,30 @@ func WaitServing(target string, timeout time.Duration) error {
 // TCP, no metrics), with its state and target under dir; extra flags are
 // appended. It does not wait: pair it with WaitServing("unix://"+socket).
 func StartCheckpointd(dir string, extra ...string) (p *proc.Process, socket string, err error) {
+	return StartCheckpointdThrough(dir, nil, extra...)
+}
+
+// Launcher says what to start to run program: another binary that becomes
+// it (powercut.Disk.Command), with environment entries for that one.
+type Launcher func(program string) (path string, env []string, err error)
+
+// StartCheckpointdThrough is StartCheckpointd started through launch (nil:
+// directly).
+func StartCheckpointdThrough(dir string, launch Launcher, extra ...string) (p *proc.Process, socket string, err error) {
 	bin, err := proc.Binary("checkpointd")
 	if err != nil {
 		return nil, "", err
 	}
+	var env []string
+	if launch != nil {
+		if bin, env, err = launch(bin); err != nil {
+			return nil, "", err
+		}
+	}
 	socket = filepath.Join(dir, "ck.sock")
 	args := append([]string{"--listen", "", "--socket", socket, "--metrics-addr", "",
 		"--state-dir", filepath.Join(dir, "state"), "--target-dir", filepath.Join(dir, "target"), "--target-file", TargetFile}, extra...)
-	p, err = proc.Start("checkpointd", bin, args, filepath.Join(dir, "checkpointd.log"))
+	p, err = proc.Start("checkpointd", bin, args, filepath.Join(dir, "checkpointd.log"), env...)
 	return p, socket, err
 }
 
@@ -307,7 +323,13 @@ func StartCheckpointd(dir string, extra ...string) (p *proc.Process, socket stri
 // test's cleanup kills the process and closes the client.
 func LoneCheckpointd(t testing.TB, dir string, extra ...string) (p *proc.Process, socket string, client nodeconfigv1.CheckpointServiceClient) {
 	t.Helper()
-	p, socket, err := StartCheckpointd(dir, extra...)
+	return LoneCheckpointdThrough(t, dir, nil, extra...)
+}
+
+// LoneCheckpointdThrough is LoneCheckpointd started through launch.
+func LoneCheckpointdThrough(t testing.TB, dir string, launch Launcher, extra ...string) (p *proc.Process, socket string, client nodeconfigv1.CheckpointServiceClient) {
+	t.Helper()
+	p, socket, err := StartCheckpointdThrough(dir, launch, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -194,3 +194,14 @@ func (s Signal) runsExe(pr procfs.Proc) bool {
 	args, err := pr.CmdLine()
 	return err == nil && len(args) > 0 && args[0] == s.ExePath
 }
+
+// Pid is the consumer's running process, found as a restart finds it
+// (its cgroup and executable, or its pid file); 0 when none runs. The
+// agent reads where the kubelet keeps its files from its command line.
+func (s Signal) Pid() (int, error) {
+	p, ok, err := s.find()
+	if err != nil || !ok {
+		return 0, err
+	}
+	return p.PID, nil
+}

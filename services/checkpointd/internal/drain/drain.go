@@ -27,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"nodeconfig.io/services/api/admissionpolicy"
 )
 
 // Node drains one node.
@@ -37,6 +39,11 @@ type Node struct {
 	// a budget refused asked again (0: 2 seconds).
 	Poll time.Duration
 	Log  *slog.Logger
+	// Policy is the ValidatingAdmissionPolicy (with its binding of the
+	// same name) that holds the agent's Node patch to spec.unschedulable
+	// of its own Node: each cordon checks it is in force first, as statusd
+	// checks its own at start (empty: no check).
+	Policy string
 }
 
 // unschedulableTaint is the taint a cordoned node gets: a pod that
@@ -53,8 +60,16 @@ func (n Node) Cordoned(ctx context.Context) (bool, error) {
 	return node.Spec.Unschedulable, nil
 }
 
-// Cordon marks the node unschedulable.
-func (n Node) Cordon(ctx context.Context) error { return n.setUnschedulable(ctx, true) }
+// Cordon marks the node unschedulable, once Policy is seen in force: RBAC
+// alone lets the agent patch every Node.
+func (n Node) Cordon(ctx context.Context) error {
+	if n.Policy != "" {
+		if err := admissionpolicy.Require(ctx, n.Kube.AdmissionregistrationV1(), n.Policy); err != nil {
+			return fmt.Errorf("not cordoning Node %s: %w", n.Name, err)
+		}
+	}
+	return n.setUnschedulable(ctx, true)
+}
 
 // Uncordon marks the node schedulable again.
 func (n Node) Uncordon(ctx context.Context) error { return n.setUnschedulable(ctx, false) }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -212,5 +213,40 @@ func TestCordonAndUncordonTouchOnlyUnschedulable(t *testing.T) {
 	}
 	if want := []string{`{"spec":{"unschedulable":true}}`, `{"spec":{"unschedulable":false}}`}; !slices.Equal(patches, want) {
 		t.Fatalf("patches %q, want %q", patches, want)
+	}
+}
+
+// A cordon waits for the admission policy that holds it to spec.unschedulable
+// of its own Node: without it the agent's patch could change any Node.
+func TestCordonNeedsItsAdmissionPolicy(t *testing.T) {
+	ctx := context.Background()
+	const policy = "nodeconfig-agent-own-node"
+	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	n := Node{Kube: kube, Name: node, Policy: policy}
+	if err := n.Cordon(ctx); err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy "+policy+" is missing") {
+		t.Fatalf("Cordon without the policy = %v; want it refused, naming the policy", err)
+	}
+	if got, _ := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); got.Spec.Unschedulable {
+		t.Fatal("the Node was cordoned without the policy in force")
+	}
+	fail := admissionregistrationv1.Fail
+	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: policy}, Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{FailurePolicy: &fail},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy},
+		Spec:       admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Cordon(ctx); err != nil {
+		t.Fatalf("Cordon with the policy in force: %v", err)
+	}
+	// Uncordon needs no check: lifting the agent's own cordon must not
+	// wait on a policy deleted meanwhile.
+	if err := (Node{Kube: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}), Name: node, Policy: policy}).Uncordon(ctx); err != nil {
+		t.Fatalf("Uncordon without the policy: %v", err)
 	}
 }

@@ -38,7 +38,7 @@ func (n *Node) guardActivatingLocked(recs *nodeconfigv1.Records) error {
 // active config while it is not last-known-good. A failure is logged: the
 // records stand, and the next change writes the trial again.
 func (n *Node) syncGuardLocked() {
-	if n.guard == nil {
+	if n.guard == nil || n.target.Dir == "" {
 		return
 	}
 	recs, err := n.store.Records()

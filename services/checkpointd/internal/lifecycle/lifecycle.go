@@ -20,6 +20,7 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/checkpointd/internal/guard"
+	"nodeconfig.io/services/checkpointd/internal/kubeletfiles"
 	"nodeconfig.io/services/checkpointd/internal/materialize"
 	"nodeconfig.io/services/checkpointd/internal/store"
 	"nodeconfig.io/services/configcheck"
@@ -46,6 +47,14 @@ type Node struct {
 	// kubelet, when set, is where the node's kubelet reads its config: a
 	// kubelet drop-in is judged merged with the node's own files.
 	kubelet *kubeletcheck.NodeFiles
+	// locate, when set, finds where the kubelet reads its files now:
+	// target, kubelet and the guard's target follow it (kubeletfiles.go),
+	// and are unknown until it first succeeds (located nil).
+	locate  func() (kubeletfiles.Located, error)
+	located *kubeletfiles.Located
+	// filesMu guards target and kubelet for the readers that take no mu
+	// (Preview, RunNodeFilesWatch): a locate moves them, under mu too.
+	filesMu sync.RWMutex
 	// guard, when set, is told of every trial (internal/guard).
 	guard *guard.Writer
 	// rules, when set, are the node's own field policy, checked at every
@@ -78,6 +87,10 @@ type Options struct {
 	// Kubelet, when set, judges a kubelet drop-in merged with the node's
 	// base config and its other drop-ins, as the kubelet merges them.
 	Kubelet *kubeletcheck.NodeFiles
+	// Locate, when set, finds where the kubelet reads its files, in place
+	// of Target.Dir and Kubelet: the node follows it at start and before
+	// each activation and drift repair.
+	Locate func() (kubeletfiles.Located, error)
 	// Guard, when set, is the host-side start guard's directory: the node
 	// keeps its trial in step with the records and reads its fallback at
 	// start.
@@ -102,7 +115,8 @@ func New(o Options) *Node {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Node{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers, consumer: o.Consumer, kubelet: o.Kubelet, guard: o.Guard, rules: o.Rules, drainer: o.Drainer}
+	return &Node{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers, consumer: o.Consumer, kubelet: o.Kubelet, guard: o.Guard, rules: o.Rules,
+		locate: o.Locate, drainer: o.Drainer}
 }
 
 // Records returns the node's records.
@@ -179,6 +193,9 @@ func (n *Node) Activate() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Records, 
 }
 
 func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Records, error) {
+	if err := n.followKubeletLocked(); err != nil {
+		return 0, nil, err
+	}
 	recs, err := n.store.Records()
 	if err != nil {
 		return 0, nil, err
@@ -468,7 +485,11 @@ func (n *Node) Reset(soakSeconds int64, nodeConfig string) (*nodeconfigv1.Record
 	if err != nil {
 		return nil, err
 	}
-	if err := n.target.Remove(); err != nil {
+	if n.target.Dir == "" {
+		// No drop-in directory known: the kubelet reads none. One found
+		// later is brought in line with the records by the next repair.
+		n.log.Info("reset with no drop-in directory known: nothing to remove")
+	} else if err := n.target.Remove(); err != nil {
 		return nil, n.writeFailedLocked(fmt.Sprintf("cannot remove %s for the local default: %v", n.target.Path(), err), err)
 	}
 	// After the file goes: until then a start could meet it unguarded.
@@ -491,8 +512,14 @@ func (n *Node) RepairDrift() (bool, error) {
 func (n *Node) Recover() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.target.CleanTemps()
 	n.refreshStoreGauges()
+	if err := n.followKubeletLocked(); err != nil {
+		// Recorded on the node as an early error: serve, so that it is
+		// seen, and follow the kubelet at the next activation or repair.
+		n.log.Warn("cannot tell where the kubelet reads its files at start; serving, the reconciler retries", "err", err)
+		return nil
+	}
+	n.target.CleanTemps()
 	n.guardFallbackLocked()
 	defer n.syncGuardLocked()
 	recs, err := n.store.Records()
@@ -527,6 +554,9 @@ func (n *Node) Recover() error {
 // repairLocked makes the target match the active record, or rolls back when
 // the active payload no longer loads.
 func (n *Node) repairLocked() (bool, error) {
+	if err := n.followKubeletLocked(); err != nil {
+		return false, err
+	}
 	// The guard's fallback is no drift: it is recorded, not written over;
 	// and a trial the guard was not told of is told again.
 	n.guardFallbackLocked()
@@ -589,11 +619,12 @@ func (n *Node) content(src *nodeconfigv1.ConfigSource) ([]byte, error) {
 	return content, err
 }
 
-// clearWriteFailedLocked drops a recorded WriteFailed error once the target
-// holds what it should.
+// clearWriteFailedLocked drops a recorded early error of the node's own
+// about its file (records.NodeClears: WriteFailed, KubeletNoConfigDir) once
+// the target holds what it should.
 func (n *Node) clearWriteFailedLocked() error {
 	_, err := n.store.UpdateRecords(func(r *nodeconfigv1.Records, _ *timestamppb.Timestamp) (bool, error) {
-		if e := r.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || e.GetReason() != records.ReasonWriteFailed {
+		if e := r.GetError().GetError(); e.GetPhase() != nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY || !records.NodeClears(e.GetReason()) {
 			return false, nil
 		}
 		r.Error = nil
@@ -626,10 +657,15 @@ var validators = configcheck.Checker{Kubelet: kubeletcheck.Check}
 // judge validates a payload as it would stand on this node: a kubelet
 // drop-in merged with the node's own files where the node knows them.
 func (n *Node) judge(v nodeconfigv1.Validator, payload []byte) error {
-	if v != nodeconfigv1.Validator_VALIDATOR_KUBELET || n.kubelet == nil {
+	return judgeOn(n.kubelet, v, payload)
+}
+
+// judgeOn judges a payload merged with the kubelet's files k (nil: alone).
+func judgeOn(k *kubeletcheck.NodeFiles, v nodeconfigv1.Validator, payload []byte) error {
+	if v != nodeconfigv1.Validator_VALIDATOR_KUBELET || k == nil {
 		return validators.Payload(context.Background(), v, payload)
 	}
-	if _, err := n.kubelet.Effective(context.Background(), payload); err != nil {
+	if _, err := k.Effective(context.Background(), payload); err != nil {
 		return fmt.Errorf("invalid KubeletConfiguration merged with the node's files: %w", err)
 	}
 	return nil

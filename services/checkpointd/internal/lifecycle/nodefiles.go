@@ -18,9 +18,10 @@ import (
 // period until ctx ends. The kubelet reads them only at its next start, so
 // a change that makes the active drop-in invalid would stop it then. A
 // change counts once the files hold still for a period: a file being
-// rewritten is not judged half written. Without a kubelet it returns.
+// rewritten is not judged half written. Without a kubelet (none given,
+// none to find) it returns.
 func (n *Node) RunNodeFilesWatch(ctx context.Context, period time.Duration) {
-	if n.kubelet == nil || period <= 0 {
+	if _, kubelet := n.files(); (kubelet == nil && n.locate == nil) || period <= 0 {
 		return
 	}
 	t := time.NewTicker(period)
@@ -32,7 +33,11 @@ func (n *Node) RunNodeFilesWatch(ctx context.Context, period time.Duration) {
 			return
 		case <-t.C:
 		}
-		fp, err := n.kubelet.Fingerprint()
+		_, kubelet := n.files()
+		if kubelet == nil {
+			continue // not found yet
+		}
+		fp, err := kubelet.Fingerprint()
 		if err != nil {
 			if seen != "" {
 				n.log.Warn("cannot read the node's kubelet files; the active config is judged again once they read", "err", err)

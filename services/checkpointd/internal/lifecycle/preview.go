@@ -22,16 +22,21 @@ type Preview struct {
 }
 
 // Preview shows what the consumer would run with payload, judged by v. It
-// writes nothing and takes no lock: it reads files the node keeps.
+// writes nothing and takes no mu, so it never waits on a rollout: it
+// reads the files where the node last found them.
 func (n *Node) Preview(ctx context.Context, payload []byte, v nodeconfigv1.Validator) (Preview, error) {
-	onDisk, err := n.target.Read()
+	target, kubelet := n.files()
+	if target.Dir == "" {
+		return Preview{}, refusedf("the node has not found where the kubelet reads its files yet: its NodeConfigReady condition says why")
+	}
+	onDisk, err := target.Read()
 	if err != nil {
 		return Preview{}, err
 	}
 	var p Preview
-	if v != nodeconfigv1.Validator_VALIDATOR_KUBELET || n.kubelet == nil {
-		p.Files, p.Current = []string{n.target.Path()}, string(onDisk)
-		if err := n.judge(v, payload); err != nil {
+	if v != nodeconfigv1.Validator_VALIDATOR_KUBELET || kubelet == nil {
+		p.Files, p.Current = []string{target.Path()}, string(onDisk)
+		if err := judgeOn(kubelet, v, payload); err != nil {
 			p.Refused = err.Error()
 		} else {
 			p.Candidate = string(payload)
@@ -39,7 +44,7 @@ func (n *Node) Preview(ctx context.Context, payload []byte, v nodeconfigv1.Valid
 		return p, nil
 	}
 	p.Merged = true
-	if now, err := n.kubelet.Effective(ctx, onDisk); err != nil {
+	if now, err := kubelet.Effective(ctx, onDisk); err != nil {
 		p.Current = fmt.Sprintf("# the kubelet would refuse its files as they are: %v\n", err)
 	} else if p.Current, err = effectiveYAML(now.YAML()); err != nil {
 		return Preview{}, err
@@ -48,7 +53,7 @@ func (n *Node) Preview(ctx context.Context, payload []byte, v nodeconfigv1.Valid
 	if len(payload) > 0 {
 		candidate = payload
 	}
-	then, err := n.kubelet.Effective(ctx, candidate)
+	then, err := kubelet.Effective(ctx, candidate)
 	if err != nil {
 		p.Refused = err.Error()
 		return p, nil

@@ -14,7 +14,11 @@ import (
 	"nodeconfig.io/services/servekit/atomicfile"
 )
 
-// Target is one file in a directory.
+// ErrNoDir is a Target whose directory is not known yet (the kubelet's,
+// before the agent has found it): nothing is read or written.
+var ErrNoDir = errors.New("the target's directory is not known")
+
+// Target is one file in a directory; an empty Dir is none known yet.
 type Target struct {
 	Dir  string
 	Name string
@@ -29,6 +33,9 @@ func (t Target) Path() string { return filepath.Join(t.Dir, t.Name) }
 
 // Write replaces the file atomically, and durably unless NoSync.
 func (t Target) Write(data []byte) error {
+	if t.Dir == "" {
+		return ErrNoDir
+	}
 	if t.NoSync {
 		return atomicfile.WriteUnsynced(t.Path(), data, 0o644, 0o755)
 	}
@@ -38,6 +45,9 @@ func (t Target) Write(data []byte) error {
 // Remove deletes the file so the consumer falls back to its local default.
 // A missing file is not an error.
 func (t Target) Remove() error {
+	if t.Dir == "" {
+		return ErrNoDir
+	}
 	if t.NoSync {
 		return atomicfile.RemoveUnsynced(t.Path())
 	}
@@ -46,6 +56,9 @@ func (t Target) Remove() error {
 
 // Read returns what the file holds, nil when it does not exist.
 func (t Target) Read() ([]byte, error) {
+	if t.Dir == "" {
+		return nil, ErrNoDir
+	}
 	got, err := os.ReadFile(t.Path())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -83,4 +96,8 @@ func (t Target) Ensure(want []byte) (changed bool, err error) {
 }
 
 // CleanTemps removes temp files a crash left behind.
-func (t Target) CleanTemps() { atomicfile.CleanTemps(t.Path()) }
+func (t Target) CleanTemps() {
+	if t.Dir != "" {
+		atomicfile.CleanTemps(t.Path())
+	}
+}

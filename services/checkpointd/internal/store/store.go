@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/servekit/atomicfile"
 )
 
 // SchemaVersion is the layout this code reads and writes. A store with a
@@ -118,6 +120,16 @@ func Open(path string, opts Options) (s *Store, err error) {
 			return nil, fmt.Errorf("open store %s: %w", path, err)
 		}
 		return nil, fmt.Errorf("%w: open %s: %v; it was left in place for inspection, see docs/recovery.md", ErrCorrupt, path, err)
+	}
+	if !opts.NoSync {
+		// bbolt fsyncs the file, never its directory: the name of a file
+		// it just created would not survive a power cut, and with it every
+		// record. Synced at each open, a start that died before this sync
+		// is covered by the next.
+		if err := atomicfile.SyncDir(filepath.Dir(path)); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("open store %s: %w", path, err)
+		}
 	}
 	s = &Store{db: db, path: path, now: opts.Now, watches: map[*Watch]struct{}{}}
 	if s.now == nil {

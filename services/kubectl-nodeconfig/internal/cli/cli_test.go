@@ -38,9 +38,14 @@ func run(args ...string) (string, string, int) {
 }
 
 func TestOutputFormatIsChecked(t *testing.T) {
-	_, stderr, code := run("status", "-o", "yaml", "--kubeconfig", kubeconfig(t))
-	if code == 0 || !strings.Contains(stderr, `-o "yaml": want text or json`) {
+	_, stderr, code := run("status", "-o", "xml", "--kubeconfig", kubeconfig(t))
+	if code == 0 || !strings.Contains(stderr, `-o "xml": want one of text, wide, json, yaml`) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	// -o wide is status's alone.
+	_, stderr, code = run("why", "node-0", "-o", "wide", "--kubeconfig", kubeconfig(t))
+	if code == 0 || !strings.Contains(stderr, `-o "wide": want one of text, json, yaml`) {
+		t.Fatalf("why -o wide: exit %d, stderr %q", code, stderr)
 	}
 }
 

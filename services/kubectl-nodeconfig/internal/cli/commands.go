@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,8 +15,8 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/diff"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
+	"nodeconfig.io/services/kubectl-nodeconfig/internal/output"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
-	statusview "nodeconfig.io/services/kubectl-nodeconfig/internal/status"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/why"
 )
 
@@ -26,82 +27,9 @@ const (
 	jsonVersion   = `{namespace, name, uid, resourceVersion, key}, null for the local default`
 )
 
-func statusCommand(o *options) *cobra.Command {
-	return &cobra.Command{
-		Use:   "status [NODECONFIG]",
-		Short: "Per NodeConfig its conditions and counts, and one line per node it selects",
-		Long: `status prints, for each NodeConfig (or the one named), its Ready, Progressing
-and Degraded conditions (STATUS/REASON), whether it is paused and its node
-counts; then one line per node it selects: the NodeConfigReady condition's
-reason (PHASE) and status (READY), the reconciler's lifecycle state, the
-versions the node reports in its nodeconfig.io/config-status annotation
-(the ConfigMap's resourceVersion; "local" for the local default; "?" before
-the node reports), when its soak ends, and its error.
-
--o json prints:
-  reconciler:  {reachable, via, error}
-  nodeConfigs: [{
-    name, paused,
-    source:      {namespace, name, key}, null for the local default
-    ready, progressing, degraded: ` + jsonCondition + ` or null
-    nextWindow:  RFC 3339, absent unless nodes wait for a window
-    counts:      {selected, active, soaking, waiting, rolledBack, failing}
-    nodes: [{
-      name, phase (the condition's reason), ready (its status), message,
-      assigned, active, lastKnownGood: ` + jsonVersion + `
-      reported (false before the node's annotation reads), error,
-      reconcilerState (SOAKING, WAITING, ...; absent when unknown),
-      soakEnds (RFC 3339; absent unless soaking)
-    }]
-  }]`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
-			c, err := o.connect()
-			if err != nil {
-				return err
-			}
-			name := ""
-			if len(args) == 1 {
-				name = args[0]
-			}
-			ncs, err := getNodeConfigs(ctx, c, name)
-			if err != nil {
-				return err
-			}
-			nodes, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return fmt.Errorf("list nodes: %w", err)
-			}
-			in := statusview.Input{NodeConfigs: ncs, Nodes: nodes.Items}
-			conn, rec := o.reach(ctx, c)
-			defer conn.Close()
-			if conn != nil {
-				callCtx, cancel := o.call(ctx)
-				resp, err := conn.ListNodes(callCtx, &nodeconfigv1.ListNodesRequest{})
-				cancel()
-				if err != nil {
-					rec = report.Reconciler{Via: conn.Via, Error: conn.Via + ": " + grpcText(err)}
-				} else {
-					in.States = map[string]*nodeconfigv1.NodeState{}
-					for _, st := range resp.GetNodes() {
-						in.States[st.GetNodeName()] = st
-					}
-				}
-			}
-			in.Reconciler = rec
-			r := statusview.Build(in)
-			if o.json() {
-				return report.JSON(o.stdout, r)
-			}
-			return statusview.Text(o.stdout, r, time.Now())
-		},
-	}
-}
-
 func whyCommand(o *options) *cobra.Command {
-	return &cobra.Command{
+	out := output.NewFlags(false)
+	return withOutput(&cobra.Command{
 		Use:   "why NODE",
 		Short: "Explain in sentences why a node is where it is",
 		Long: `why explains a node: the NodeConfig selecting it, its NodeConfigReady
@@ -121,11 +49,12 @@ reconciler refuses), and the latest Warning events about the node.
                rolledBackVersions: [{uid, resourceVersion, key, validator, nodes}]},
               absent unless exactly one NodeConfig selects the node
   warnings:   [{time, reason, message, count}], newest first, at most 10
-  sentences:  [the text output's sentences]`,
-		Args: cobra.ExactArgs(1),
+  sentences:  [the text output's sentences]
+-o name prints node/NODE.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: o.completeNodes,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
+			ctx := cmd.Context()
 			c, err := o.connect()
 			if err != nil {
 				return err
@@ -163,16 +92,17 @@ reconciler refuses), and the latest Warning events about the node.
 			}
 			in.Reconciler = rec
 			e := why.Explain(in)
-			if o.json() {
-				return report.JSON(o.stdout, e)
-			}
-			return why.Text(o.stdout, e, in.Now)
+			return out.Print(o.stdout, output.Result{
+				Kind: "NodeExplanation", Value: e, Names: []output.Ref{{GroupKind: nodeKind, Name: node.Name}},
+				Text: func(w io.Writer) error { return why.Text(w, e, in.Now) },
+			})
 		},
-	}
+	}, out)
 }
 
 func diffCommand(o *options) *cobra.Command {
-	return &cobra.Command{
+	out := output.NewFlags(false)
+	return withOutput(&cobra.Command{
 		Use:   "diff NODE",
 		Short: "Show the drop-in a node would be given and how its effective config would change",
 		Long: `diff asks the reconciler what the node's NodeConfig wants for it (PreviewNode)
@@ -189,11 +119,12 @@ or why the node would refuse it. It needs the reconciler.
   merged:    false when the node cannot merge them (current and candidate are the file alone)
   current, candidate: the effective config now and with the drop-in (candidate empty when refused)
   refused:   why the node would refuse the drop-in, empty if not
-  diff:      the unified diff from current to candidate, empty when none`,
-		Args: cobra.ExactArgs(1),
+  diff:      the unified diff from current to candidate, empty when none
+-o name prints node/NODE.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: o.completeNodes,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
+			ctx := cmd.Context()
 			c, err := o.connect()
 			if err != nil {
 				return err
@@ -220,12 +151,12 @@ or why the node would refuse it. It needs the reconciler.
 			if err != nil {
 				return err
 			}
-			if o.json() {
-				return report.JSON(o.stdout, r)
-			}
-			return diff.Text(o.stdout, r)
+			return out.Print(o.stdout, output.Result{
+				Kind: "NodePreview", Value: r, Names: []output.Ref{{GroupKind: nodeKind, Name: args[0]}},
+				Text: func(w io.Writer) error { return diff.Text(w, r) },
+			})
 		},
-	}
+	}, out)
 }
 
 // PauseResult is the output of pause and resume; its JSON is `-o json`.
@@ -244,16 +175,18 @@ their soak and promote; nothing is undone.`
 		use, short, long = "resume NODECONFIG", "Resume a paused NodeConfig's rollout",
 			`resume clears spec.rollout.paused: the rollout goes on at its pace.`
 	}
-	return &cobra.Command{
+	out := output.NewFlags(false)
+	return withOutput(&cobra.Command{
 		Use:   use,
 		Short: short,
 		Long: long + `
 
--o json prints the NodeConfig as stored: {name, paused, generation, resourceVersion}`,
-		Args: cobra.ExactArgs(1),
+-o json prints the NodeConfig as stored: {name, paused, generation, resourceVersion}
+-o name prints nodeconfig.nodeconfig.io/NODECONFIG.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: o.completeNodeConfigs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
+			ctx := cmd.Context()
 			c, err := o.connect()
 			if err != nil {
 				return err
@@ -263,13 +196,12 @@ their soak and promote; nothing is undone.`
 				return fmt.Errorf("NodeConfig %s: %w", args[0], err)
 			}
 			r := PauseResult{Name: nc.Name, Paused: nc.Spec.Rollout.Paused, Generation: nc.Generation, ResourceVersion: nc.ResourceVersion}
-			if o.json() {
-				return report.JSON(o.stdout, r)
-			}
-			_, err = fmt.Fprintln(o.stdout, PauseText(r))
-			return err
+			return out.Print(o.stdout, output.Result{
+				Kind: "PauseResult", Value: r, Names: []output.Ref{{GroupKind: nodeConfigKind, Name: nc.Name}},
+				Text: func(w io.Writer) error { _, err := fmt.Fprintln(w, PauseText(r)); return err },
+			})
 		},
-	}
+	}, out)
 }
 
 // PauseText is pause's and resume's text output.

@@ -2,16 +2,18 @@ package cli
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/history"
 	"nodeconfig.io/services/kubectl-nodeconfig/internal/nodeconfigs"
-	"nodeconfig.io/services/kubectl-nodeconfig/internal/report"
+	"nodeconfig.io/services/kubectl-nodeconfig/internal/output"
 )
 
 func historyCommand(o *options) *cobra.Command {
-	return &cobra.Command{
+	out := output.NewFlags(false)
+	return withOutput(&cobra.Command{
 		Use:   "history NODECONFIG",
 		Short: "List the revisions a NodeConfig rolled out, as kubectl rollout history",
 		Long: `history lists the revisions of a NodeConfig: each version of its ConfigMap key
@@ -24,11 +26,12 @@ spec.source.revision pins are marked.
 
 -o json prints:
   name, revisions: [{revision, sha256, source: {namespace, name, uid, resourceVersion, key},
-    started (RFC 3339), outcome, current, pinned, error}]`,
-		Args: cobra.ExactArgs(1),
+    started (RFC 3339), outcome, current, pinned, error}]
+-o name prints nodeconfig.nodeconfig.io/NODECONFIG.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: o.completeNodeConfigs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := o.context(cmd)
-			defer cancel()
+			ctx := cmd.Context()
 			c, err := o.connect()
 			if err != nil {
 				return err
@@ -37,16 +40,16 @@ spec.source.revision pins are marked.
 			if err != nil {
 				return fmt.Errorf("NodeConfig %s: %w", args[0], err)
 			}
-			revs, err := history.List(ctx, c.Kube, o.reconciler.Namespace, nc)
+			revs, err := history.List(ctx, c.Kube, o.namespace(), nc)
 			if err != nil {
 				return err
 			}
-			if o.json() {
-				return report.JSON(o.stdout, HistoryResult{Name: nc.Name, Revisions: revs})
-			}
-			return history.Text(o.stdout, nc.Name, revs)
+			return out.Print(o.stdout, output.Result{
+				Kind: "History", Value: HistoryResult{Name: nc.Name, Revisions: revs}, Names: []output.Ref{{GroupKind: nodeConfigKind, Name: nc.Name}},
+				Text: func(w io.Writer) error { return history.Text(w, nc.Name, revs) },
+			})
 		},
-	}
+	}, out)
 }
 
 // HistoryResult is history's `-o json`.
@@ -66,7 +69,8 @@ type UndoResult struct {
 
 func undoCommand(o *options) *cobra.Command {
 	var to int64
-	cmd := &cobra.Command{
+	out := output.NewFlags(false)
+	cmd := withOutput(&cobra.Command{
 		Use:   "undo NODECONFIG [--to-revision N]",
 		Short: "Roll a NodeConfig back to a revision of its history, as kubectl rollout undo",
 		Long: `undo rolls out a revision of the NodeConfig's history again (kubectl nodeconfig
@@ -78,14 +82,15 @@ revision that is not kept is refused and nothing changes. To follow the
 ConfigMap again, remove spec.source.revision:
   kubectl patch nodeconfig NODECONFIG --type=merge -p '{"spec":{"source":{"revision":null}}}'
 
--o json prints: {name, revision, changed, generation, resourceVersion}`,
-		Args: cobra.ExactArgs(1),
+-o json prints: {name, revision, changed, generation, resourceVersion}
+-o name prints nodeconfig.nodeconfig.io/NODECONFIG.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: o.completeNodeConfigs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if to < 0 {
 				return fmt.Errorf("--to-revision %d: want a revision number of at least 1", to)
 			}
-			ctx, cancel := o.context(cmd)
-			defer cancel()
+			ctx := cmd.Context()
 			c, err := o.connect()
 			if err != nil {
 				return err
@@ -98,7 +103,7 @@ ConfigMap again, remove spec.source.revision:
 			if nodeconfigs.ConfigMapOf(nc) == nil {
 				return fmt.Errorf("NodeConfig %s names no ConfigMap: its nodes use their local defaults, there is nothing to undo", nc.Name)
 			}
-			revs, err := history.List(ctx, c.Kube, o.reconciler.Namespace, nc)
+			revs, err := history.List(ctx, c.Kube, o.namespace(), nc)
 			if err != nil {
 				return err
 			}
@@ -114,13 +119,12 @@ ConfigMap again, remove spec.source.revision:
 				}
 				r.Changed, r.Generation, r.ResourceVersion = true, updated.Generation, updated.ResourceVersion
 			}
-			if o.json() {
-				return report.JSON(o.stdout, r)
-			}
-			_, err = fmt.Fprintln(o.stdout, UndoText(r))
-			return err
+			return out.Print(o.stdout, output.Result{
+				Kind: "UndoResult", Value: r, Names: []output.Ref{{GroupKind: nodeConfigKind, Name: nc.Name}},
+				Text: func(w io.Writer) error { _, err := fmt.Fprintln(w, UndoText(r)); return err },
+			})
 		},
-	}
+	}, out)
 	cmd.Flags().Int64Var(&to, "to-revision", 0, "the revision to roll out (default: the one before the current one)")
 	return cmd
 }

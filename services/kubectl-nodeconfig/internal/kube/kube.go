@@ -1,23 +1,21 @@
-// Package kube builds the Kubernetes clients from kubeconfig the way kubectl
-// does: $KUBECONFIG or ~/.kube/config, in-cluster as a last resort, with
-// --kubeconfig and --context on top.
+// Package kube builds the Kubernetes clients from k8s.io/cli-runtime's
+// flags, as kubectl does: --kubeconfig, $KUBECONFIG or ~/.kube/config,
+// in-cluster as a last resort, with --context, --cluster, --user, --as,
+// --token, --server, --request-timeout and the rest on top.
 package kube
 
 import (
 	"fmt"
 
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	nodeconfigclient "nodeconfig.io/services/api/client/clientset"
 )
 
-// Flags are the kubeconfig flags.
-type Flags struct {
-	Kubeconfig string
-	Context    string
-}
+// UserAgent is what the plugin says it is to the API server.
+const UserAgent = "kubectl-nodeconfig"
 
 // Clients are what the commands use.
 type Clients struct {
@@ -27,16 +25,15 @@ type Clients struct {
 	NodeConfigs nodeconfigclient.Interface
 }
 
-// Connect loads the config and builds the clients; nothing is sent yet.
-func (f Flags) Connect() (*Clients, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = f.Kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: f.Context}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+// Connect loads the config the flags say and builds the clients; nothing
+// is sent yet.
+func Connect(flags genericclioptions.RESTClientGetter) (*Clients, error) {
+	loaded, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	cfg.UserAgent = "kubectl-nodeconfig"
+	cfg := rest.CopyConfig(loaded)
+	cfg.UserAgent = UserAgent
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err

@@ -36,11 +36,17 @@ func ConfigMapOf(nc *v1alpha1.NodeConfig) *v1alpha1.ConfigMapSource {
 // selector that does not parse selects nothing (the reconciler changes no
 // node and says InvalidSelector).
 func Selects(nc *v1alpha1.NodeConfig, nodeLabels map[string]string) bool {
+	return Selector(nc).Matches(labels.Set(nodeLabels))
+}
+
+// Selector is the NodeConfig's node selector, parsed once for many nodes;
+// one that does not parse selects nothing.
+func Selector(nc *v1alpha1.NodeConfig) labels.Selector {
 	sel, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector)
 	if err != nil {
-		return false
+		return labels.Nothing()
 	}
-	return sel.Matches(labels.Set(nodeLabels))
+	return sel
 }
 
 // SelectorText is the selector as kubectl shows one, "everything" for {}.

@@ -65,6 +65,7 @@ var meanings = map[string]string{
 	v1alpha1.NodeReasonDownloadFailed:         "the node could not download the assigned config; it retries with backoff and nothing rolled back",
 	v1alpha1.NodeReasonCheckpointFailed:       "the node could not checkpoint the assigned config; it retries with backoff and nothing rolled back",
 	records.ReasonWriteFailed:                 "the node could not write the config file (a read-only or full disk); it retries with backoff and nothing rolled back",
+	records.ReasonKubeletNoConfigDir:          "the node's kubelet runs without --config-dir, so it reads no drop-in and none is written; the message says the flag to add, and the node goes on by itself once the kubelet has it",
 	v1alpha1.NodeReasonActivating:             "the config is assigned and about to be activated",
 	v1alpha1.NodeReasonDraining:               "the change needs a drain first: the node is cordoned and its pods evicted; nothing is written yet",
 	records.ReasonDrainFailed:                 "the drain before the change did not finish within its bound (the message names the pods left); the node is uncordoned, the kubelet not restarted, and the drain is tried again later",

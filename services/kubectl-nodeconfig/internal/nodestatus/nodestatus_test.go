@@ -46,7 +46,7 @@ func TestReadBeforeStatusdReports(t *testing.T) {
 
 func TestEveryReasonOfTheREADMEHasAMeaning(t *testing.T) {
 	for _, r := range []string{"LocalDefault", "Soaking", "Active", "RolledBack", "ConsumerUnhealthy", "DownloadFailed",
-		"CheckpointFailed", "WriteFailed", "Activating", "Restarting", "WaitingForHealth", "CheckpointdUnavailable"} {
+		"CheckpointFailed", "WriteFailed", "KubeletNoConfigDir", "Activating", "Restarting", "WaitingForHealth", "CheckpointdUnavailable"} {
 		if Meaning(r) == "" {
 			t.Errorf("no meaning for %s", r)
 		}

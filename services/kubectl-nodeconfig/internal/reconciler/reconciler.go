@@ -75,10 +75,11 @@ func Connect(ctx context.Context, o Options, cfg *rest.Config, kube kubernetes.I
 		}
 		return &Conn{ReconcilerServiceClient: nodeconfigv1.NewReconcilerServiceClient(conn), Via: o.Address, conn: conn}, nil
 	}
-	pod, err := Leader(ctx, kube, o.Namespace, o.Lease)
+	leader, err := Leader(ctx, kube, o.Namespace, o.Lease)
 	if err != nil {
 		return nil, err
 	}
+	pod := leader.Name
 	local, stop, err := forward(ctx, cfg, kube, o.Namespace, pod, o.Port)
 	if err != nil {
 		return nil, fmt.Errorf("port-forward to pod %s/%s port %d: %w", o.Namespace, pod, o.Port, err)
@@ -103,16 +104,17 @@ func dial(target string) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-// Leader is the name of the pod leading: the Lease's holderIdentity, which
-// the shipped manifests set to the pod's name (--identity=$(POD_NAME)). A
-// default identity, hostname_pid, names its pod by the hostname.
-func Leader(ctx context.Context, kube kubernetes.Interface, namespace, lease string) (string, error) {
+// Leader is the pod leading: the one the Lease's holderIdentity names,
+// which the shipped manifests set to the pod's name
+// (--identity=$(POD_NAME)). A default identity, hostname_pid, names its pod
+// by the hostname.
+func Leader(ctx context.Context, kube kubernetes.Interface, namespace, lease string) (*corev1.Pod, error) {
 	l, err := kube.CoordinationV1().Leases(namespace).Get(ctx, lease, metav1.GetOptions{})
 	if err != nil {
-		return "", fmt.Errorf("find the reconciler's leader: Lease %s/%s: %w", namespace, lease, err)
+		return nil, fmt.Errorf("find the reconciler's leader: Lease %s/%s: %w", namespace, lease, err)
 	}
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-		return "", fmt.Errorf("find the reconciler's leader: Lease %s/%s has no holder (no reconciler is leading)", namespace, lease)
+		return nil, fmt.Errorf("find the reconciler's leader: Lease %s/%s has no holder (no reconciler is leading)", namespace, lease)
 	}
 	holder := *l.Spec.HolderIdentity
 	candidates := []string{holder}
@@ -125,14 +127,14 @@ func Leader(ctx context.Context, kube kubernetes.Interface, namespace, lease str
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("find the reconciler's leader: pod %s/%s: %w", namespace, name, err)
+			return nil, fmt.Errorf("find the reconciler's leader: pod %s/%s: %w", namespace, name, err)
 		}
 		if pod.Status.Phase != corev1.PodRunning {
-			return "", fmt.Errorf("the reconciler's leader, pod %s/%s, is %s", namespace, name, pod.Status.Phase)
+			return nil, fmt.Errorf("the reconciler's leader, pod %s/%s, is %s", namespace, name, pod.Status.Phase)
 		}
-		return name, nil
+		return pod, nil
 	}
-	return "", fmt.Errorf("find the reconciler's leader: Lease %s/%s is held by %q, which names no pod in %s (a reconciler outside the cluster? pass --reconciler ADDRESS)", namespace, lease, holder, namespace)
+	return nil, fmt.Errorf("find the reconciler's leader: Lease %s/%s is held by %q, which names no pod in %s (a reconciler outside the cluster? pass --reconciler ADDRESS)", namespace, lease, holder, namespace)
 }
 
 // forward port-forwards a free local port to the pod's port and returns its

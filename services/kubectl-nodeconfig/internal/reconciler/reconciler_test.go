@@ -53,8 +53,8 @@ func TestLeader(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != c.want {
-				t.Fatalf("Leader = %q, %v; want %q", got, err, c.want)
+			if err != nil || got.Name != c.want {
+				t.Fatalf("Leader = %v, %v; want pod %q", got, err, c.want)
 			}
 		})
 	}

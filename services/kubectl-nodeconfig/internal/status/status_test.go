@@ -108,7 +108,7 @@ func TestBuildSelectsNodesPerNodeConfig(t *testing.T) {
 
 func TestTextIsATablePerNodeConfig(t *testing.T) {
 	var b bytes.Buffer
-	if err := Text(&b, Build(fixture()), now); err != nil {
+	if err := Text(&b, Build(fixture()), TextOptions{Now: now}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -127,7 +127,7 @@ func TestTextIsATablePerNodeConfig(t *testing.T) {
 	lines := strings.Split(out, "\n")
 	row := func(name string) string {
 		for _, l := range lines {
-			if strings.HasPrefix(l, "  "+name+" ") {
+			if strings.HasPrefix(l, "    "+name+" ") {
 				return l
 			}
 		}
@@ -136,7 +136,7 @@ func TestTextIsATablePerNodeConfig(t *testing.T) {
 	}
 	header := ""
 	for _, l := range lines {
-		if strings.HasPrefix(l, "  NODE ") {
+		if strings.HasPrefix(l, "    NODE ") {
 			header = l
 			break
 		}
@@ -168,7 +168,7 @@ func TestTextWithoutTheReconciler(t *testing.T) {
 	in := fixture()
 	in.Reconciler, in.States = report.Reconciler{Error: "127.0.0.1:1: Unavailable: connection refused"}, nil
 	var b bytes.Buffer
-	if err := Text(&b, Build(in), now); err != nil {
+	if err := Text(&b, Build(in), TextOptions{Now: now}); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
@@ -190,7 +190,7 @@ func TestErrorsStayOnOneLine(t *testing.T) {
 	in := fixture()
 	in.NodeConfigs[0].Spec.NodeSelector = &metav1.LabelSelector{}
 	var b bytes.Buffer
-	if err := Text(&b, Build(in), now); err != nil {
+	if err := Text(&b, Build(in), TextOptions{Now: now}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "no labels\n") {
@@ -213,7 +213,7 @@ func TestJSONFieldNames(t *testing.T) {
 		t.Errorf("top: %v", got)
 	}
 	nc := doc["nodeConfigs"].([]any)[0]
-	if got := keys(nc); !slices.Equal(got, []string{"counts", "degraded", "name", "nodes", "paused", "progressing", "ready", "source"}) {
+	if got := keys(nc); !slices.Equal(got, []string{"counts", "degraded", "groups", "name", "nodes", "paused", "progressing", "ready", "source"}) {
 		t.Errorf("nodeConfig: %v", got)
 	}
 	if got := keys(nc.(map[string]any)["counts"]); !slices.Equal(got, []string{"active", "failing", "rolledBack", "selected", "soaking", "waiting"}) {
@@ -223,10 +223,38 @@ func TestJSONFieldNames(t *testing.T) {
 		t.Errorf("condition: %v", got)
 	}
 	n1 := nc.(map[string]any)["nodes"].([]any)[1]
-	if got := keys(n1); !slices.Equal(got, []string{"active", "assigned", "error", "lastKnownGood", "message", "name", "phase", "ready", "reconcilerState", "reported", "soakEnds"}) {
+	if got := keys(n1); !slices.Equal(got, []string{"active", "assigned", "error", "lastKnownGood", "message", "name", "outcome", "phase", "ready", "reconcilerState", "reported", "soakEnds"}) {
 		t.Errorf("node: %v", got)
 	}
 	if got := keys(n1.(map[string]any)["assigned"]); !slices.Equal(got, []string{"key", "name", "namespace", "resourceVersion", "uid"}) {
 		t.Errorf("version: %v", got)
+	}
+}
+
+// The waves' order and the one under way are one line; the nodes
+// without the label are named so, and a list cut at its bound says how
+// many waves there are.
+func TestTextShowsTheWaves(t *testing.T) {
+	in := fixture()
+	in.NodeConfigs = in.NodeConfigs[:1]
+	for _, tc := range []struct {
+		waves v1alpha1.RolloutWaves
+		want  string
+	}{
+		{v1alpha1.RolloutWaves{TopologyKey: "topology.kubernetes.io/zone", Order: []string{"a", "b", ""}, Count: 3, Current: 2},
+			"  waves by topology.kubernetes.io/zone: a, b, (no label); under way: 2 of 3 (b)\n"},
+		{v1alpha1.RolloutWaves{TopologyKey: "example.com/nope", Order: []string{""}, Count: 1},
+			"  waves by example.com/nope: (no label); every wave done\n"},
+		{v1alpha1.RolloutWaves{TopologyKey: "kubernetes.io/hostname", Order: []string{"n0", "n1"}, Count: 70, Current: 69},
+			"  waves by kubernetes.io/hostname: n0, n1, ... (70 in all); under way: 69 of 70\n"},
+	} {
+		in.NodeConfigs[0].Status.Waves = &tc.waves
+		var b bytes.Buffer
+		if err := Text(&b, Build(in), TextOptions{Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("missing %q in:\n%s", tc.want, b.String())
+		}
 	}
 }

@@ -145,14 +145,15 @@ func (p *Pool) Target(node string) (string, error) {
 		return "", err
 	}
 	for _, pod := range pods {
-		if pod.Spec.NodeName == node && pod.Status.PodIP != "" && pod.DeletionTimestamp == nil && podReady(pod) {
+		if pod.Spec.NodeName == node && pod.Status.PodIP != "" && pod.DeletionTimestamp == nil && PodReady(pod) {
 			return net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(p.o.Port)), nil
 		}
 	}
 	return "", fmt.Errorf("no ready agent pod on node %s", node)
 }
 
-func podReady(pod *corev1.Pod) bool {
+// PodReady says whether an agent Pod's Ready condition is true.
+func PodReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue

@@ -133,6 +133,9 @@ type Controller struct {
 	// cache.
 	selMu      sync.Mutex
 	selections map[selectorKey]*selection
+	// waveValues are the nodes' values of each topologyKey (waves.go),
+	// also under selMu.
+	waveValues map[string]*waveValues
 	// listing holds the nodes that wait for their ConfigMap's first
 	// listing (listing.go).
 	listing listingWaits
@@ -185,6 +188,7 @@ func New(o Options) *Controller {
 		sources:    lru.New(sharedSources),
 		syncs:      map[string]*syncCount{},
 		selections: map[selectorKey]*selection{},
+		waveValues: map[string]*waveValues{},
 		listing:    listingWaits{recheck: configMapListingRecheck},
 	}
 }

@@ -25,6 +25,13 @@ func (c *Controller) departFor(node string) func(from *nodeconfigv1.ConfigSource
 		if ask.Held == "" {
 			ask.Seen = c.everyNodeSeen(node)
 			ask.Selected = len(c.selectedNodes(nc))
+			// A NodeConfig that lets its nodes go waits for those it
+			// selects, not only for those that asked to leave it.
+			var letting []string
+			if rollout.Lets(nc) {
+				letting = c.selectedNodes(nc)
+			}
+			ask.Waves = c.wavesOf(nc, letting, rollout.Want{})
 		}
 		return c.book.Depart(nc, node, ask), soak, nc.Name
 	}

@@ -28,8 +28,3 @@ func versionOf(nc *v1alpha1.NodeConfig, src *nodeconfigv1.ConfigSource) (rollout
 	}
 	return rollout.VersionOf(src, validators[nc.Spec.Validator]), true
 }
-
-// desiredVersion is the version nc assigns now (currentSource).
-func (c *Controller) desiredVersion(nc *v1alpha1.NodeConfig) (rollout.Version, bool) {
-	return versionOf(nc, c.currentSource(nc))
-}

@@ -335,3 +335,14 @@ func (a *fakeAgent) RepairDrift(context.Context, *nodeconfigv1.RepairDriftReques
 	a.call("RepairDrift")
 	return &nodeconfigv1.RepairDriftResponse{}, nil
 }
+
+// set makes node's agent a (nil: out of reach).
+func (p *fakePool) set(node string, a *fakeAgent) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a == nil {
+		delete(p.agents, node)
+	} else {
+		p.agents[node] = a
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/reconciler/internal/agents"
 )
 
 // HistoryHandler is the revisions informer's event handler; it only
@@ -46,8 +47,11 @@ func (c *Controller) Handlers() (nodes, configMaps, nodeConfigs, pods cache.Reso
 		DeleteFunc: func(obj any) { c.enqueueForNodeConfig(nil, obj) },
 	}
 	pods = cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueuePodNode(obj) },
-		UpdateFunc: func(_, cur any) { c.enqueuePodNode(cur) },
+		AddFunc: func(obj any) { c.enqueuePodNode(obj) },
+		UpdateFunc: func(old, cur any) {
+			c.dropBackoffOnReady(old, cur)
+			c.enqueuePodNode(cur)
+		},
 	}
 	return
 }
@@ -67,6 +71,18 @@ func (c *Controller) enqueueNode(obj any) {
 func (c *Controller) enqueuePodNode(obj any) {
 	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 		c.nodeQ.Add(p.Spec.NodeName)
+	}
+}
+
+// dropBackoffOnReady drops the backoff of a node whose agent Pod turned
+// Ready: the agent is back, so the sync the update brings is its retry,
+// and should the agent still refuse a moment longer, the next try comes
+// after the base delay rather than after what the outage earned.
+func (c *Controller) dropBackoffOnReady(old, cur any) {
+	o, ok1 := old.(*corev1.Pod)
+	n, ok2 := cur.(*corev1.Pod)
+	if ok1 && ok2 && n.Spec.NodeName != "" && !agents.PodReady(o) && agents.PodReady(n) {
+		c.dropBackoff(n.Spec.NodeName)
 	}
 }
 

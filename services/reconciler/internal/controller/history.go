@@ -109,13 +109,14 @@ func (c *Controller) syncHistory(ctx context.Context, nc *v1alpha1.NodeConfig, s
 	default:
 		r.Outcome = v1alpha1.OutcomeRollingOut
 	}
-	r.Promoted = func(prev *history.Pinned) bool {
-		// Rolled out from its ConfigMap or pinned: either source.
-		fromConfigMap := &nodeconfigv1.ConfigSource{Namespace: prev.Data.Source.Namespace, Name: prev.Data.Source.Name,
-			Uid: prev.Data.Source.UID, ResourceVersion: prev.Data.Source.ResourceVersion, Key: prev.Data.Source.Key}
-		return c.lastKnownGoodEverywhere(nc, fromConfigMap) || c.lastKnownGoodEverywhere(nc, prev.Source)
-	}
+	r.Promoted = func(prev *history.Pinned) bool { return c.promotedNow(nc, prev) }
 	return c.o.History.Record(ctx, nc, r)
+}
+
+// promotedNow says whether every node nc selects runs revision p as its
+// last-known-good, rolled out from its ConfigMap or pinned: either source.
+func (c *Controller) promotedNow(nc *v1alpha1.NodeConfig, p *history.Pinned) bool {
+	return c.lastKnownGoodEverywhere(nc, readFrom(p)) || c.lastKnownGoodEverywhere(nc, p.Source)
 }
 
 // lastKnownGoodEverywhere says whether every node nc selects has src as

@@ -2,16 +2,22 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/history"
 )
@@ -23,6 +29,14 @@ func (f *fixture) withHistory() (refresh func()) {
 	f.t.Helper()
 	index := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	f.c.o.History = history.New(f.kube.AppsV1(), index, "nodeconfig-system", history.DefaultLimit, func() time.Time { return f.now })
+	// The API server gives each object its own uid; the fake gives none,
+	// and the history tells revisions apart by it.
+	created := 0
+	f.kube.PrependReactor("create", "controllerrevisions", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		created++
+		action.(k8stesting.CreateAction).GetObject().(*appsv1.ControllerRevision).UID = types.UID(fmt.Sprintf("revision-uid-%d", created))
+		return false, nil, nil
+	})
 	return func() {
 		f.t.Helper()
 		list, err := f.kube.AppsV1().ControllerRevisions("nodeconfig-system").List(context.Background(), metav1.ListOptions{})
@@ -146,5 +160,61 @@ func TestAConfigMapEditElsewhereIsNoNewVersion(t *testing.T) {
 	}
 	if got := a.records().GetAssigned().GetSource().GetResourceVersion(); got != "13" {
 		t.Fatalf("after the key's bytes changed: assigned %q; want 13", got)
+	}
+}
+
+// A halted version is undone to the newest revision its nodes run as
+// last-known-good, even when the history saw that revision superseded
+// before it saw it promoted: the reconciler's view of the node was behind
+// when the ConfigMap changed again (seen on the real node, while the agent
+// restarted and the node's syncs backed off). Undone to the older revision,
+// the node would leave a promoted config for one older still.
+func TestUndoGoesBackToWhatTheNodesPromotedThoughTheHistoryMissedIt(t *testing.T) {
+	f := newFixture(t)
+	f.c.o.NodeValidationOnly = true // the fixture has no kubelet validator
+	refresh := f.withHistory()
+	a := f.addNode("n1", map[string]string{"pool": "a"})
+	f.addConfigMap("ns", "cfg", "10", map[string]string{"k": "a: 1\n"})
+	f.setNodeConfig(poolA("nc", v1alpha1.Rollout{}))
+	promote := func() {
+		t.Helper()
+		f.syncAll("n1") // assigned and activated
+		f.now = f.now.Add(2 * time.Minute)
+		f.syncAll("n1") // soaked: promoted
+		f.syncNodeConfig("nc")
+		f.catchUp("nc")
+		refresh()
+	}
+	promote()
+	f.addConfigMap("ns", "cfg", "11", map[string]string{"k": "a: 2\n"})
+	f.syncAll("n1") // revision 2 assigned and activated
+	f.syncNodeConfig("nc")
+	f.catchUp("nc")
+	refresh()
+
+	// The node promotes revision 2 while the reconciler does not see it; the
+	// ConfigMap changes again before it does.
+	a.mu.Lock()
+	a.recs.LastKnownGood = &nodeconfigv1.SourceRecord{Source: a.recs.GetActive().GetSource(), WrittenAt: a.ts()}
+	a.mu.Unlock()
+	f.addConfigMap("ns", "cfg", "12", map[string]string{"k": "a: 3\n"})
+	f.syncNodeConfig("nc")
+	f.catchUp("nc")
+	refresh()
+
+	// Revision 3 fails on the node and halts (maxFailures 1): undone.
+	a.lateError = true
+	f.syncAll("n1")
+	f.syncNodeConfig("nc")
+	f.catchUp("nc")
+	refresh()
+	a.lateError = false
+	f.syncAll("n1")
+	if got := a.records().GetAssigned().GetSource().GetResourceVersion(); got == "revision-1" {
+		t.Fatalf("the halted revision 3 was undone to revision 1 (a: 1); the node had promoted revision 2 (a: 2), which it still runs: active %s",
+			a.records().GetActive().GetSource().GetResourceVersion())
+	}
+	if got := a.records().GetActive().GetSource().GetResourceVersion(); got != "11" {
+		t.Fatalf("after the undo the node runs %q; want 11 (a: 2), its last-known-good", got)
 	}
 }

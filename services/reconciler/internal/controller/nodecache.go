@@ -33,6 +33,9 @@ type NodeInfo struct {
 	// returned, a sync that began after the Resync has run to its end
 	// (GetNode shows both).
 	Syncs, SyncsStarted uint64
+	// retryDue is when the retry of the node's last counted failure comes
+	// due; a failure before it leaves the backoff as it is (retry.go).
+	retryDue time.Time
 }
 
 // computedAt is the generation of one NodeConfig a node's sync was

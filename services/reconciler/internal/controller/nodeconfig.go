@@ -260,9 +260,13 @@ func (c *Controller) computeStatus(nc *v1alpha1.NodeConfig) (st v1alpha1.NodeCon
 		set(v1alpha1.ConditionProgressing, progressing, reason, msg)
 		set(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, msg)
 	}
-	if note := c.sameBytesNote(nc, src); note != "" {
-		p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing)
-		set(v1alpha1.ConditionProgressing, p.Status, p.Reason, p.Message+"; "+note)
+	waves, wavesNote := c.waveStatus(nc, selected, src)
+	st.Waves = waves
+	for _, note := range []string{c.sameBytesNote(nc, src), wavesNote} {
+		if note != "" {
+			p := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing)
+			set(v1alpha1.ConditionProgressing, p.Status, p.Reason, p.Message+"; "+note)
+		}
 	}
 	return st, unknown
 }

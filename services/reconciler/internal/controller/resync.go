@@ -13,7 +13,7 @@ func (c *Controller) Resync(node string) (syncsStarted uint64) {
 		syncsStarted = n.started
 	}
 	c.mu.Unlock()
-	c.nodeQ.Forget(node)
+	c.dropBackoff(node)
 	c.nodeQ.Add(node)
 	return syncsStarted
 }

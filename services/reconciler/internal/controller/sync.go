@@ -16,6 +16,7 @@ import (
 	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/services/configcheck"
 	"nodeconfig.io/services/reconciler/internal/policy"
 	"nodeconfig.io/services/reconciler/internal/rollout"
 )
@@ -28,13 +29,7 @@ const statusCoalesce = 2 * time.Second
 
 // validators maps a NodeConfig's spec.validator to checkpointd's; empty
 // means YAML.
-var validators = map[string]nodeconfigv1.Validator{
-	"":        nodeconfigv1.Validator_VALIDATOR_YAML,
-	"yaml":    nodeconfigv1.Validator_VALIDATOR_YAML,
-	"json":    nodeconfigv1.Validator_VALIDATOR_JSON,
-	"kubelet": nodeconfigv1.Validator_VALIDATOR_KUBELET,
-	"none":    nodeconfigv1.Validator_VALIDATOR_NONE,
-}
+var validators = configcheck.Validators
 
 // syncNode runs the lifecycle policy for one node.
 func (c *Controller) syncNode(ctx context.Context, name string) (next time.Duration, err error) {
@@ -291,7 +286,7 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 		return policy.Desired{Mode: policy.ModeLeave, Unjudged: err}, nil
 	}
 	d.Data = data
-	d.Admit = c.pace(nc, node.Name, rollout.VersionOf(d.Source, d.Validator))
+	d.Admit = c.pace(nc, node.Name, rollout.Want{Source: d.Source, Validator: d.Validator, Runs: d.Runs})
 	return d, nil
 }
 
@@ -355,7 +350,7 @@ func noteGenerations(info *NodeInfo, selectedBy []*v1alpha1.NodeConfig) (changed
 }
 
 // noteResultLocked stores the sync's state, records, NodeConfig and error
-// (with the retry delay the rate limiter takes for it).
+// (with the retry it brings, failedLocked).
 func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, res policy.Result) {
 	info.State = res.State
 	if res.Records != nil {
@@ -368,20 +363,18 @@ func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, r
 	}
 	if res.Err != nil {
 		info.Err = res.Err.Error()
-		info.Backoff = c.nodeRetry.When(info.Name)
-		info.Failures = c.nodeRetry.NumRequeues(info.Name)
-		info.NextReconcile = c.o.Now().Add(info.Backoff)
+		c.failedLocked(info, c.o.Now())
 	} else {
-		info.Err, info.Failures, info.Backoff = "", 0, 0
+		info.Err, info.Failures, info.Backoff, info.retryDue = "", 0, 0, time.Time{}
 	}
 }
 
 // scheduleLocked says when to sync the node again, and notes it: after an
-// early error, the backoff noteResultLocked took; otherwise when the
+// early error, the retry noteResultLocked scheduled; otherwise when the
 // policy asks, or the NodeConfig's periodic reconcile.
 func (c *Controller) scheduleLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, res policy.Result) time.Duration {
 	if res.Err != nil {
-		return info.Backoff
+		return info.NextReconcile.Sub(c.o.Now())
 	}
 	var next time.Duration
 	switch {

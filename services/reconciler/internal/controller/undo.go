@@ -15,7 +15,8 @@ import (
 
 // undoTarget is what nc rolls out while the version src halts and its
 // spec.rollout.onHalt is Undo: the newest revision before the halted one
-// that was promoted everywhere. Nil when nothing is undone: src is not
+// that was promoted everywhere (the history says so, or every node runs it
+// as last-known-good). Nil when nothing is undone: src is not
 // halted, onHalt is Hold, or there is no history or no such revision (a
 // halt then holds). It is read from the halt and the history alone, both
 // durable, so a new leader undoes the same.
@@ -35,14 +36,17 @@ func (c *Controller) undoTarget(nc *v1alpha1.NodeConfig, src *nodeconfigv1.Confi
 		before = i
 	}
 	for _, cr := range slices.Backward(revs[:before]) {
-		if cr.Annotations[v1alpha1.AnnotationRolloutOutcome] != v1alpha1.OutcomePromoted {
-			continue
-		}
 		p, err := c.o.History.Get(nc, cr.Revision)
 		if err != nil {
 			return nil
 		}
-		return p
+		// The history notes a promotion only when it sees one; the nodes'
+		// own last-known-good says it too, when the history looked at a
+		// stale view of them (a new version came before the promotion was
+		// read).
+		if cr.Annotations[v1alpha1.AnnotationRolloutOutcome] == v1alpha1.OutcomePromoted || c.promotedNow(nc, p) {
+			return p
+		}
 	}
 	return nil
 }

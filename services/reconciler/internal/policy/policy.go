@@ -350,9 +350,11 @@ func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClie
 		// Assigned but not active: a crash between the two steps.
 		return activate(ctx, agent, recs, now)
 	}
-	if recs.GetError() != nil && (!d.CheckDrift || recs.GetError().GetError().GetReason() != records.ReasonWriteFailed) {
-		// An early error from an earlier attempt is resolved now; a failed
-		// write is checkpointd's to clear, once the drift check below writes.
+	if recs.GetError() != nil && (!d.CheckDrift || !records.NodeClears(recs.GetError().GetError().GetReason())) {
+		// An early error from an earlier attempt is resolved now; one about
+		// the node's own file (a failed write, a kubelet without
+		// --config-dir) is checkpointd's to clear, once the drift check
+		// below puts the file in place.
 		if resp, err := agent.SetError(ctx, &nodeconfigv1.SetErrorRequest{}); err == nil {
 			recs = resp.GetRecords()
 		}
@@ -367,7 +369,7 @@ func continueTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClie
 			events = append(events, Event{Warning: true, Reason: v1alpha1.EventDriftCorrected, Message: "the materialized config file differed from the active checkpoint and was rewritten"})
 		}
 		if recs.GetError() != nil {
-			// The write cleared checkpointd's WriteFailed error.
+			// The write cleared checkpointd's own error.
 			if r, err := agent.GetRecords(ctx, &nodeconfigv1.GetRecordsRequest{}); err == nil {
 				recs = r.GetRecords()
 			}

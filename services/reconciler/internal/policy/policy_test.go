@@ -33,7 +33,10 @@ type fakeAgent struct {
 	// that its last drain failed (an early error).
 	draining, drainFailed bool
 	putErr                error // what PutCheckpoint answers, when set
-	promoteErr            error // what PromoteLastKnownGood answers, when set
+	// repairErr, when set, is the early error RepairDrift records and
+	// fails with, as checkpointd's for a file it cannot put in place.
+	repairErr  *nodeconfigv1.ConfigError
+	promoteErr error // what PromoteLastKnownGood answers, when set
 	// clock, when set, is the node's own clock: Promote refuses before the
 	// records' soak end by it, as checkpointd does.
 	clock time.Time
@@ -159,6 +162,10 @@ func (f *fakeAgent) Reset(context.Context, *nodeconfigv1.ResetRequest, ...grpc.C
 func (f *fakeAgent) RepairDrift(context.Context, *nodeconfigv1.RepairDriftRequest, ...grpc.CallOption) (*nodeconfigv1.RepairDriftResponse, error) {
 	if err := f.call("RepairDrift"); err != nil {
 		return nil, err
+	}
+	if f.repairErr != nil {
+		f.recs.Error = &nodeconfigv1.ErrorRecord{Error: f.repairErr}
+		return nil, status.Error(codes.FailedPrecondition, f.repairErr.GetMessage())
 	}
 	repaired := f.drift
 	f.drift = false
@@ -412,5 +419,28 @@ func TestADrainingNodeIsOnTrialAndItsDrainFailureIsKept(t *testing.T) {
 	r = Sync(context.Background(), f, d, t0)
 	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || !records.SameSource(f.recs.GetActive().GetSource(), src("1")) {
 		t.Fatalf("result %+v; want the change active once drained", r)
+	}
+}
+
+// An early error checkpointd records about its own file (a kubelet with
+// no --config-dir, a write that failed) is checkpointd's to clear: a sync
+// that cleared it before the drift repair that records it again would
+// make the Node's condition flap at every resync.
+func TestEarlyErrorsOfTheNodesFileAreLeftToIt(t *testing.T) {
+	for _, reason := range []string{records.ReasonKubeletNoConfigDir, records.ReasonWriteFailed} {
+		f := newFake(t0)
+		Sync(context.Background(), f, use("1"), t0)
+		Sync(context.Background(), f, use("1"), t0.Add(time.Hour)) // promoted
+		f.repairErr = &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: reason, Message: "add --config-dir=/etc/kubernetes/kubelet.conf.d"}
+		for i := range 2 {
+			f.calls = nil
+			r := Sync(context.Background(), f, use("1"), t0.Add(time.Duration(2+i)*time.Hour))
+			if r.Err == nil || !strings.HasPrefix(r.Err.Error(), reason) || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING {
+				t.Fatalf("%s, sync %d: %+v", reason, i, r)
+			}
+			if slices.Contains(f.calls, "SetError") {
+				t.Fatalf("%s, sync %d: the reconciler cleared the node's own error (calls %v)", reason, i, f.calls)
+			}
+		}
 	}
 }

@@ -16,6 +16,9 @@ type Ask struct {
 	Selected int
 	// Held is the Hold's reason ("" for none).
 	Held string
+	// Waves, for a NodeConfig with a topologyKey, paces its waves
+	// (waves.go); nil: one wave of every node.
+	Waves *Waves
 }
 
 // Admit applies nc's rollout limits to one node starting a trial of
@@ -35,6 +38,9 @@ func (b *Book) Admit(nc *v1alpha1.NodeConfig, node string, v Version, ask Ask) p
 		return policy.Wait
 	}
 	if b.freePlacesLocked(nc, ask.Selected, node) <= 0 {
+		return policy.Wait
+	}
+	if ask.Waves != nil && b.waitsForAnotherWaveLocked(nc.Name, node, ask.Waves) {
 		return policy.Wait
 	}
 	s := b.seatLocked(node)
@@ -76,16 +82,21 @@ func (b *Book) onTrialLocked(nc, except string) int {
 // woken node asks its agent, so waking every waiting node for each freed
 // place would cost thousands of syncs per place in a large paced rollout;
 // the nodes left waiting look again on the next freed place or their own
-// requeue.
-func (b *Book) Waking(ncName string, nc *v1alpha1.NodeConfig, selected int) []string {
+// requeue. With waves (w not nil), only the first wave that has waiting
+// nodes wakes: a later one would be told to wait again.
+func (b *Book) Waking(ncName string, nc *v1alpha1.NodeConfig, selected int, w *Waves) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	free := len(b.waiting[ncName])
+	candidates := b.waiting[ncName]
+	if w != nil {
+		candidates = b.firstWaveWaitingLocked(ncName, w)
+	}
+	free := len(candidates)
 	if nc != nil {
 		free = b.freePlacesLocked(nc, selected, "")
 	}
-	waking := make([]string, 0, max(0, min(free, len(b.waiting[ncName]))))
-	for name := range b.waiting[ncName] {
+	waking := make([]string, 0, max(0, min(free, len(candidates))))
+	for name := range candidates {
 		if len(waking) >= free {
 			break
 		}

@@ -21,7 +21,7 @@ func Lets(nc *v1alpha1.NodeConfig) bool {
 
 // Depart marks node as leaving nc and paces its reset by nc's trial: the
 // node waits while nc is held, while not every node was seen (one may be
-// soaking its own reset), or while the trial is full.
+// soaking its own reset), while the trial is full, or for another wave.
 func (b *Book) Depart(nc *v1alpha1.NodeConfig, node string, ask Ask) policy.Admission {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -31,6 +31,9 @@ func (b *Book) Depart(nc *v1alpha1.NodeConfig, node string, ask Ask) policy.Admi
 		return policy.Wait
 	}
 	if b.freePlacesLocked(nc, ask.Selected, node) <= 0 {
+		return policy.Wait
+	}
+	if ask.Waves != nil && b.waitsForAnotherWaveLocked(nc.Name, node, ask.Waves) {
 		return policy.Wait
 	}
 	// A departure's place is counted by departuresInTrialLocked, not as a

@@ -76,6 +76,11 @@ func TestReadyConditionOneReasonPerState(t *testing.T) {
 			LastKnownGood: &nodeconfigv1.SourceRecord{Source: src("1")}, Error: late,
 		}), metav1.ConditionFalse, v1alpha1.NodeReasonRolledBack, "bad yaml at line 2"},
 		{"early error", holding(&nodeconfigv1.Records{Error: early}), metav1.ConditionFalse, "DownloadFailed", "not found"},
+		{"a kubelet without --config-dir", holding(&nodeconfigv1.Records{
+			Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")},
+			Error: &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: records.ReasonKubeletNoConfigDir,
+				Message: "the kubelet runs without --config-dir, so it reads no drop-in and the node writes none: add --config-dir=/etc/kubernetes/kubelet.conf.d to the kubelet's flags (KUBELET_EXTRA_ARGS) and restart it"}},
+		}), metav1.ConditionFalse, records.ReasonKubeletNoConfigDir, "add --config-dir=/etc/kubernetes/kubelet.conf.d to the kubelet's flags (KUBELET_EXTRA_ARGS) and restart it; retrying, still using the local default"},
 		{"activating", holding(&nodeconfigv1.Records{Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}}), metav1.ConditionUnknown, v1alpha1.NodeReasonActivating, "about to be activated"},
 		{"draining", holding(&nodeconfigv1.Records{Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}, Drain: &nodeconfigv1.DrainRecord{
 			Source: src("1"), Phase: nodeconfigv1.DrainPhase_DRAIN_PHASE_DRAINING, Since: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), TimeoutSeconds: 60, Why: "the kubelet fields topologyManagerScope change",
