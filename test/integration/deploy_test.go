@@ -256,7 +256,7 @@ func TestStatusdMayOnlyWriteItsOwnNode(t *testing.T) {
 		"its podCIDR":   `{"spec":{"podCIDR":"10.9.0.0/24"}}`,
 		"its provider":  `{"spec":{"providerID":"aws:///us-east-1a/i-0"}}`,
 		"a label":       `{"metadata":{"labels":{"x":"y"}}}`,
-		"an annotation": `{"metadata":{"annotations":{"` + v1alpha1.NodeAnnotationConfigStatus + `":"{}"}}}`,
+		"an annotation": `{"metadata":{"annotations":{"` + v1alpha1.NodeAnnotationConfigStatus + `":"forged"}}}`,
 		"a finalizer":   `{"metadata":{"finalizers":["example.com/hold"]}}`,
 	} {
 		if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(p), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "nodeconfig agent may") {
