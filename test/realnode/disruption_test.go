@@ -53,6 +53,10 @@ func disruptionByField(ctx context.Context, t *testing.T, work string) {
 	gone := watchGoneWhileDown(ctx, t, cpuManagerState)
 	runReadmeCommand(ctx, t, work, `printf 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 66\ncpuManagerPolicy: static\nreservedSystemCPUs: "0"\n' > static.yaml && kubectl create configmap kubelet-config -n kube-system --from-file=config.yaml=./static.yaml --dry-run=client -o yaml | kubectl apply -f -`)
 	static := configMapVersion(ctx, t)
+	// The incident's undo pinned the NodeConfig to a revision: following
+	// the ConfigMap again (docs/nodeconfig-api.md) rolls out the change
+	// just made, and nothing in between.
+	runReadmeCommand(ctx, t, work, `kubectl patch nodeconfig workers --type=json -p '[{"op":"remove","path":"/spec/source/revision"}]'`)
 	waitStatus(ctx, t, "cpuManagerPolicy static promoted", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return nodeview.ResourceVersion(st.LastKnownGood) == static && c.Reason == "Active"
 	})
