@@ -172,6 +172,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	readmeStatusAndIncident(ctx, t, work)
 	// The power cut restarted every container once: counted from here.
 	restartsAfterBoot := containerRestarts(ctx, t)
+	disruptionByField(ctx, t, work)
 
 	// Deleting the NodeConfig resets the node: no drop-in, the base config.
 	runReadmeCommand(ctx, t, work, "kubectl delete nodeconfig workers --wait=true --timeout=2m")

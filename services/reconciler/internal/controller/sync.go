@@ -258,7 +258,7 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 	// Outside a maintenance window even a drift repair waits: it restarts
 	// the kubelet.
 	pol := c.book.Policy(nc)
-	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: pol.SoakSeconds, NodeConfig: nc.Name, Health: pol.Health,
+	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: pol.SoakSeconds, NodeConfig: nc.Name, Health: pol.Health, Drain: pol.Drain,
 		CheckDrift: c.book.Held(nc).Reason != v1alpha1.ReasonOutsideWindow}
 	src, data, err := c.resolve(nc)
 	if errors.Is(err, errConfigMapNotListed) {
