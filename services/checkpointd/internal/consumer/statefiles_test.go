@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	sdbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
@@ -140,35 +139,11 @@ func (f *stopStartSystemd) StartUnit(name, _ string) (dbus.ObjectPath, *dbus.Err
 // Over systemd, a restart with something to do between is a stop, that
 // thing, and a start.
 func TestSystemdStopsActsAndStarts(t *testing.T) {
-	addr := privateBus(t)
-	dial := func() (*dbus.Conn, error) {
-		conn, err := dbus.Dial(addr)
-		if err != nil {
-			return nil, err
-		}
-		if err := conn.Auth(nil); err != nil {
-			conn.Close()
-			return nil, err
-		}
-		if err := conn.Hello(); err != nil {
-			conn.Close()
-			return nil, err
-		}
-		return conn, nil
-	}
-	server, err := dial()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer server.Close()
-	fake := &stopStartSystemd{conn: server, jobs: make(chan string, 4)}
-	if err := server.Export(fake, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager"); err != nil {
-		t.Fatal(err)
-	}
-	if reply, err := server.RequestName("org.freedesktop.systemd1", dbus.NameFlagDoNotQueue); err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
-		t.Fatalf("own the systemd name: %v %v", reply, err)
-	}
-	r := Systemd{Unit: "kubelet.service", Connect: func(context.Context) (*sdbus.Conn, error) { return sdbus.NewConnection(dial) }}
+	var fake *stopStartSystemd
+	r := systemdOnBus(t, func(conn *dbus.Conn) any {
+		fake = &stopStartSystemd{conn: conn, jobs: make(chan string, 4)}
+		return fake
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var seen []string
