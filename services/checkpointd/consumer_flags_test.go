@@ -62,12 +62,46 @@ func TestFindingTheKubeletsFilesNeedsTheKubelet(t *testing.T) {
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		locate, err := o.locateKubelet()
+		loc, err := o.locateKubelet()
 		switch {
-		case tc.refused == "" && (err != nil || (locate != nil) != tc.locates):
-			t.Errorf("%v: locates %v, %v; want locates %v", tc.args, locate != nil, err, tc.locates)
+		case tc.refused == "" && (err != nil || (loc != nil) != tc.locates):
+			t.Errorf("%v: locates %v, %v; want locates %v", tc.args, loc != nil, err, tc.locates)
 		case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused)):
 			t.Errorf("%v: %v; want it refused for %q", tc.args, err, tc.refused)
+		}
+	}
+}
+
+// The kubelet's root directory: --kubelet-root-dir where given, else read
+// off the kubelet's command line, else (--target-dir names the kubelet's
+// files, nothing is read) the kubelet's default.
+func TestTheKubeletsRootDirIsItsOwnUnlessNamed(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		named   string
+		locates bool
+	}{
+		{[]string{"--kubelet-root-dir=/data/kubelet", "--consumer-pid-file=/run/kubelet.pid"}, "/data/kubelet", false},
+		{[]string{"--consumer-pid-file=/run/kubelet.pid"}, "", true},
+		{[]string{"--consumer-pid-file=/run/kubelet.pid", "--target-dir=/etc/kubernetes/kubelet.conf.d"}, "/var/lib/kubelet", false},
+	} {
+		var o options
+		fs := flag.NewFlagSet("checkpointd", flag.ContinueOnError)
+		o.Register(fs)
+		if err := fs.Parse(append([]string{"--consumer-restart=signal"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		g, err := o.consumer.gate(slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		loc, err := o.locateKubelet()
+		if err != nil {
+			t.Fatal(err)
+		}
+		findKubeletRootDir(g, loc)
+		if g.KubeletRootDir != tc.named || (g.LocateKubeletRootDir != nil) != tc.locates {
+			t.Errorf("%v: root dir %q, located %v; want %q, located %v", tc.args, g.KubeletRootDir, g.LocateKubeletRootDir != nil, tc.named, tc.locates)
 		}
 	}
 }

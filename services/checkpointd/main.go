@@ -13,6 +13,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/dbus"
 
+	"nodeconfig.io/services/checkpointd/internal/consumer"
 	"nodeconfig.io/services/checkpointd/internal/guard"
 	"nodeconfig.io/services/checkpointd/internal/kubeletfiles"
 	"nodeconfig.io/services/configcheck/fieldpolicy"
@@ -151,9 +152,10 @@ func (o *options) guardRuntimeEndpoint() string {
 	return o.consumer.runtimeEndpoint
 }
 
-// locateKubelet is how the node finds the kubelet's files: nil where
-// --target-dir names them, else read from the kubelet's command line.
-func (o *options) locateKubelet() (func() (kubeletfiles.Located, error), error) {
+// locateKubelet is how the node finds the kubelet's files and root
+// directory: nil where --target-dir names them, else read from the
+// kubelet's command line.
+func (o *options) locateKubelet() (*kubeletfiles.Locator, error) {
 	if o.targetDir != "" {
 		return nil, nil
 	}
@@ -164,6 +166,18 @@ func (o *options) locateKubelet() (func() (kubeletfiles.Located, error), error) 
 	if !filepath.IsAbs(o.hostRoot) || !filepath.IsAbs(o.suggestedConfigDir) {
 		return nil, fmt.Errorf("--host-root %q and --suggested-config-dir %q must be absolute paths", o.hostRoot, o.suggestedConfigDir)
 	}
-	l := kubeletfiles.Locator{Pid: s.Pid, Proc: o.consumer.proc, HostRoot: o.hostRoot, SuggestedConfigDir: o.suggestedConfigDir, Config: o.kubeletConfig}
-	return l.Locate, nil
+	return &kubeletfiles.Locator{Pid: s.Pid, Proc: o.consumer.proc, HostRoot: o.hostRoot, SuggestedConfigDir: o.suggestedConfigDir, Config: o.kubeletConfig}, nil
+}
+
+// findKubeletRootDir tells gate where the kubelet's state files are where
+// --kubelet-root-dir does not: off the kubelet's command line, or its
+// default beside --target-dir.
+func findKubeletRootDir(gate *consumer.Gate, loc *kubeletfiles.Locator) {
+	switch {
+	case gate == nil || gate.KubeletRootDir != "":
+	case loc != nil:
+		gate.LocateKubeletRootDir = loc.RootDir
+	default:
+		gate.KubeletRootDir = kubeletfiles.DefaultRootDir
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/checkpointd/internal/drain"
+	"nodeconfig.io/services/checkpointd/internal/kubeletfiles"
 	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/servingcert"
 	"nodeconfig.io/services/checkpointd/server"
@@ -63,10 +64,15 @@ func (o *options) Run(p *servekit.Process) error {
 	if err != nil {
 		return err
 	}
-	locate, err := o.locateKubelet()
+	loc, err := o.locateKubelet()
 	if err != nil {
 		return err
 	}
+	var locate func() (kubeletfiles.Located, error)
+	if loc != nil {
+		locate = loc.Locate
+	}
+	findKubeletRootDir(gate, loc)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if gate != nil && healthGates {

@@ -71,9 +71,15 @@ type Gate struct {
 	// KubeletRootDir is the kubelet's root directory (its --root-dir) as
 	// mounted: the state files a change refuses are removed there.
 	KubeletRootDir string
-	Log            *slog.Logger
+	// LocateKubeletRootDir, where KubeletRootDir is empty, reads it off the
+	// running kubelet, before each restart that removes state files.
+	LocateKubeletRootDir func() (string, error)
+	Log                  *slog.Logger
 
 	wake chan struct{}
+	// rootDir is the kubelet's root directory last located: a kubelet
+	// that is down has no command line to read.
+	rootDir string
 	// seen are the consumer's processes seen while waiting for its health.
 	seen []string
 	// healthy is the process that turned healthy (where the restarter tells

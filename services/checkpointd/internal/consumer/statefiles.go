@@ -92,28 +92,53 @@ func (s Systemd) connect(ctx context.Context) (*dbus.Conn, error) {
 // written under, which runs; the error is logged, and the kubelet's own
 // exit line, which names the file, goes into the rollback's message.
 func (g *Gate) removeStateFiles(active *nodeconfigv1.ConfigSource, names []string) func() error {
+	// Asked while the old kubelet still runs: its command line says where.
+	dir, dirErr := g.kubeletRootDir()
 	return func() error {
-		if err := g.removeStateFilesNow(names); err != nil {
+		err := dirErr
+		if err == nil {
+			err = removeStateFilesIn(dir, names)
+		}
+		if err != nil {
 			g.Log.Error("cannot remove the kubelet's state files its new config refuses; restarting it anyway", "err", err, "files", names, "active", records.Describe(active))
 			return nil
 		}
 		if _, err := g.Lifecycle.StateFilesRemoved(active); err != nil {
 			g.Log.Error("consumer gate: write records", "err", err)
 		}
-		g.Log.Info("removed the kubelet's state files while it was down", "dir", g.KubeletRootDir, "files", names, "active", records.Describe(active))
+		g.Log.Info("removed the kubelet's state files while it was down", "dir", dir, "files", names, "active", records.Describe(active))
 		return nil
 	}
 }
 
-func (g *Gate) removeStateFilesNow(names []string) error {
-	if g.KubeletRootDir == "" {
-		return fmt.Errorf("no kubelet root directory is known (--kubelet-root-dir)")
+// kubeletRootDir is KubeletRootDir, or the running kubelet's own: the one
+// last found where it cannot be read now.
+func (g *Gate) kubeletRootDir() (string, error) {
+	if g.KubeletRootDir != "" {
+		return g.KubeletRootDir, nil
 	}
+	if g.LocateKubeletRootDir == nil {
+		return "", fmt.Errorf("no kubelet root directory is known (--kubelet-root-dir)")
+	}
+	dir, err := g.LocateKubeletRootDir()
+	switch {
+	case err == nil:
+		g.rootDir = dir
+	case g.rootDir != "":
+		g.Log.Info("the kubelet's root directory cannot be read now; using the one found before", "err", err, "dir", g.rootDir)
+		return g.rootDir, nil
+	default:
+		return "", fmt.Errorf("the kubelet's root directory: %w", err)
+	}
+	return dir, nil
+}
+
+func removeStateFilesIn(dir string, names []string) error {
 	for _, name := range names {
 		if !filepath.IsLocal(name) {
 			return fmt.Errorf("state file %q is not a path inside the kubelet's root directory", name)
 		}
-		if err := atomicfile.Remove(filepath.Join(g.KubeletRootDir, name)); err != nil {
+		if err := atomicfile.Remove(filepath.Join(dir, name)); err != nil {
 			return err
 		}
 	}

@@ -158,3 +158,48 @@ func TestSystemdStopsActsAndStarts(t *testing.T) {
 		t.Fatalf("systemd saw %q, want %q", seen, want)
 	}
 }
+
+// Without a root directory named, the kubelet's own is asked for before
+// its stop (it is read off the running kubelet's command line): the last
+// one found serves a restart while none can be read, and none found at
+// all removes nothing and restarts anyway.
+func TestStateFilesGoFromTheRootDirTheKubeletNames(t *testing.T) {
+	root := t.TempDir()
+	restarting := func() *nodeconfigv1.ConsumerRecord {
+		return &nodeconfigv1.ConsumerRecord{Source: src("2"), Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING,
+			Disruption: &nodeconfigv1.Disruption{Remove: []string{"cpu_manager_state"}}}
+	}
+	state := filepath.Join(root, "cpu_manager_state")
+	write := func() {
+		if err := os.WriteFile(state, []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := &fakeNode{recs: &nodeconfigv1.Records{Active: &nodeconfigv1.SourceRecord{Source: src("2")}, Consumer: restarting()}}
+	g, r, _ := newTestGate(t, node)
+	var found string
+	var notFound error
+	asked := 0
+	g.LocateKubeletRootDir = func() (string, error) { asked++; return found, notFound }
+	failures := 0
+
+	notFound = errors.New("the kubelet is not running")
+	write()
+	g.step(context.Background(), &failures)
+	if _, err := os.Stat(state); err != nil || r.n != 1 || node.recs.GetConsumer().GetDisruption().GetRemoved() != nil {
+		t.Fatalf("none found: state file %v after %d restarts, consumer %v; want it kept, one restart, nothing recorded", err, r.n, node.recs.GetConsumer())
+	}
+	found, notFound = root, nil
+	node.recs.Consumer = restarting()
+	g.step(context.Background(), &failures)
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) || node.recs.GetConsumer().GetDisruption().GetRemoved() == nil {
+		t.Fatalf("found: state file %v, consumer %v; want it gone and recorded", err, node.recs.GetConsumer())
+	}
+	found, notFound = "", errors.New("the kubelet is not running")
+	node.recs.Consumer = restarting()
+	write()
+	g.step(context.Background(), &failures)
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) || asked != 3 {
+		t.Fatalf("the last one found: state file %v after %d lookups; want it gone, the kubelet asked each time", err, asked)
+	}
+}

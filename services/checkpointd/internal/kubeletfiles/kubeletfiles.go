@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/prometheus/procfs"
 	"github.com/spf13/pflag"
@@ -32,27 +33,54 @@ type Files struct {
 // for only then.
 func FromCommandLine(argv []string, cwd func() (string, error)) (Files, error) {
 	var f Files
+	err := pathFlags(argv, cwd, map[string]*string{"config": &f.Config, "config-dir": &f.ConfigDir})
+	return f, err
+}
+
+// DefaultRootDir is the kubelet's --root-dir where it is given none.
+const DefaultRootDir = "/var/lib/kubelet"
+
+// RootDirFromCommandLine reads the kubelet's --root-dir as FromCommandLine
+// reads its files: DefaultRootDir where it has none.
+func RootDirFromCommandLine(argv []string, cwd func() (string, error)) (string, error) {
+	var dir string
+	if err := pathFlags(argv, cwd, map[string]*string{"root-dir": &dir}); err != nil {
+		return "", err
+	}
+	if dir == "" {
+		return DefaultRootDir, nil
+	}
+	return dir, nil
+}
+
+// pathFlags parses the path flags named (without their dashes) off argv,
+// cleaned and made absolute; one absent or empty is "".
+func pathFlags(argv []string, cwd func() (string, error), paths map[string]*string) error {
 	fs := pflag.NewFlagSet("kubelet", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.ParseErrorsAllowlist.UnknownFlags = true
 	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
-	fs.StringVar(&f.Config, "config", "", "")
-	fs.StringVar(&f.ConfigDir, "config-dir", "", "")
+	names := make([]string, 0, len(paths))
+	for name, path := range paths {
+		fs.StringVar(path, name, "", "")
+		names = append(names, name)
+	}
 	var missing *pflag.ValueRequiredError
 	if err := fs.Parse(argv[min(1, len(argv)):]); errors.As(err, &missing) {
-		return Files{}, fmt.Errorf("the kubelet's command line ends in --%s with no value", missing.GetSpecifiedName())
+		return fmt.Errorf("the kubelet's command line ends in --%s with no value", missing.GetSpecifiedName())
 	} else if err != nil {
-		return Files{}, fmt.Errorf("read the kubelet's command line: %w", err)
+		return fmt.Errorf("read the kubelet's command line: %w", err)
 	}
+	// In a fixed order: the working directory is asked for once, and the
+	// first relative path is the one an error names.
+	slices.Sort(names)
 	dir := ""
-	for _, p := range []struct {
-		flag string
-		path *string
-	}{{"--config", &f.Config}, {"--config-dir", &f.ConfigDir}} {
-		if *p.path == "" || filepath.IsAbs(*p.path) {
-			*p.path = filepath.Clean(*p.path)
-			if *p.path == "." {
-				*p.path = ""
+	for _, name := range names {
+		path := paths[name]
+		if *path == "" || filepath.IsAbs(*path) {
+			*path = filepath.Clean(*path)
+			if *path == "." {
+				*path = ""
 			}
 			continue
 		}
@@ -63,13 +91,13 @@ func FromCommandLine(argv []string, cwd func() (string, error)) (Files, error) {
 				err = fmt.Errorf("none known (%q)", wd)
 			}
 			if err != nil {
-				return Files{}, fmt.Errorf("the kubelet's %s %q is relative and its working directory cannot be read: %w", p.flag, *p.path, err)
+				return fmt.Errorf("the kubelet's --%s %q is relative and its working directory cannot be read: %w", name, *path, err)
 			}
 			dir = wd
 		}
-		*p.path = filepath.Join(dir, *p.path)
+		*path = filepath.Join(dir, *path)
 	}
-	return f, nil
+	return nil
 }
 
 // ErrNotRunning is a Locate that finds no kubelet process.
@@ -116,32 +144,14 @@ type Located struct {
 // ErrNotRunning, one without --config-dir a *NoConfigDirError; a file the
 // agent does not see where it looks says which host directory to mount.
 func (l Locator) Locate() (Located, error) {
-	pid, err := l.Pid()
-	if err != nil {
-		return Located{}, fmt.Errorf("find the kubelet: %w", err)
-	}
-	if pid == 0 {
-		return Located{}, ErrNotRunning
-	}
-	fs, err := procfs.NewFS(l.proc())
-	if err != nil {
+	var host Files
+	if err := l.readCommandLine(func(argv []string, cwd func() (string, error)) (err error) {
+		if host, err = FromCommandLine(argv, cwd); err != nil {
+			return fmt.Errorf("%w: give the agent the paths (--target-dir, --kubelet-config)", err)
+		}
+		return nil
+	}); err != nil {
 		return Located{}, err
-	}
-	p, err := fs.Proc(pid)
-	if err != nil {
-		return Located{}, fmt.Errorf("%w (pid %d is gone)", ErrNotRunning, pid)
-	}
-	argv, err := p.CmdLine()
-	if err != nil {
-		return Located{}, fmt.Errorf("read the kubelet's command line: %w", err)
-	}
-	if len(argv) == 0 {
-		// A process on its way out has no command line left.
-		return Located{}, fmt.Errorf("%w (pid %d is exiting)", ErrNotRunning, pid)
-	}
-	host, err := FromCommandLine(argv, p.Cwd)
-	if err != nil {
-		return Located{}, fmt.Errorf("%w: give the agent the paths (--target-dir, --kubelet-config)", err)
 	}
 	if host.ConfigDir == "" {
 		return Located{}, &NoConfigDirError{Suggested: l.SuggestedConfigDir}
@@ -150,19 +160,69 @@ func (l Locator) Locate() (Located, error) {
 	if l.Config != "" {
 		loc.Agent.Config = l.Config
 	} else if loc.Agent.Config != "" {
-		if err := l.visible(host.Config, loc.Agent.Config, false); err != nil {
+		if err := l.visible("--config", host.Config, loc.Agent.Config, false); err != nil {
 			return Located{}, err
 		}
 	}
-	if err := l.visible(host.ConfigDir, loc.Agent.ConfigDir, true); err != nil {
+	if err := l.visible("--config-dir", host.ConfigDir, loc.Agent.ConfigDir, true); err != nil {
 		return Located{}, err
 	}
 	return loc, nil
 }
 
-// visible checks that the agent sees the kubelet's host file (a directory
-// when dir) where it looks for it: else it is not mounted there.
-func (l Locator) visible(host, agent string, dir bool) error {
+// RootDir is the kubelet's --root-dir as the agent reads and writes it
+// (under HostRoot): a directory the agent sees writable, or an error that
+// says what to mount.
+func (l Locator) RootDir() (string, error) {
+	var host string
+	if err := l.readCommandLine(func(argv []string, cwd func() (string, error)) (err error) {
+		if host, err = RootDirFromCommandLine(argv, cwd); err != nil {
+			return fmt.Errorf("%w: give the agent the path (--kubelet-root-dir)", err)
+		}
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	agent := l.agentPath(host)
+	if err := l.visible("--root-dir", host, agent, true); err != nil {
+		return "", err
+	}
+	return agent, nil
+}
+
+// readCommandLine hands the running kubelet's command line and a reader of
+// its working directory to parse.
+func (l Locator) readCommandLine(parse func(argv []string, cwd func() (string, error)) error) error {
+	pid, err := l.Pid()
+	if err != nil {
+		return fmt.Errorf("find the kubelet: %w", err)
+	}
+	if pid == 0 {
+		return ErrNotRunning
+	}
+	fs, err := procfs.NewFS(l.proc())
+	if err != nil {
+		return err
+	}
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return fmt.Errorf("%w (pid %d is gone)", ErrNotRunning, pid)
+	}
+	argv, err := p.CmdLine()
+	if err != nil {
+		return fmt.Errorf("read the kubelet's command line: %w", err)
+	}
+	if len(argv) == 0 {
+		// A process on its way out has no command line left.
+		return fmt.Errorf("%w (pid %d is exiting)", ErrNotRunning, pid)
+	}
+	return parse(argv, p.Cwd)
+}
+
+// visible checks that the agent sees the kubelet's host file (a writable
+// directory when dir), its flag, where it looks for it: else it is not
+// mounted there.
+func (l Locator) visible(flag, host, agent string, dir bool) error {
 	fi, err := os.Stat(agent)
 	switch {
 	case err != nil:
@@ -178,9 +238,9 @@ func (l Locator) visible(host, agent string, dir bool) error {
 		}
 		err = fmt.Errorf("not writable: %w", err)
 	}
-	flag, mount, mode := "--config", filepath.Dir(host), "read-only"
+	mount, mode := filepath.Dir(host), "read-only"
 	if dir {
-		flag, mount, mode = "--config-dir", host, "read-write"
+		mount, mode = host, "read-write"
 	}
 	return fmt.Errorf("the kubelet's %s %s is not mounted into the agent at %s (%v): mount the host's %s at %s %s",
 		flag, host, agent, err, mount, l.agentPath(mount), mode)

@@ -234,3 +234,35 @@ func TestLocateARelativePathWithoutTheWorkingDirectory(t *testing.T) {
 		t.Fatalf("Locate: %v", err)
 	}
 }
+
+// The kubelet's --root-dir is read off its command line as its files are:
+// the kubelet's own default where it has none, and what to mount where
+// the agent does not see it writable.
+func TestRootDirIsTheKubeletsOwn(t *testing.T) {
+	h := newFakeHost(t, "/", "/usr/bin/kubelet", "--config-dir=/etc/kubernetes/kubelet.conf.d")
+	h.mkdir(t, "/var/lib/kubelet")
+	got, err := h.locator().RootDir()
+	if want := filepath.Join(h.root, "var/lib/kubelet"); err != nil || got != want {
+		t.Fatalf("RootDir with no --root-dir = %q, %v; want the kubelet's default %q", got, err, want)
+	}
+	h = newFakeHost(t, "/data", "/usr/bin/kubelet", "--root_dir", "kubelet/", "--config-dir=/etc/kubernetes/kubelet.conf.d")
+	_, err = h.locator().RootDir()
+	if want := "the kubelet's --root-dir /data/kubelet is not mounted into the agent at " + filepath.Join(h.root, "data/kubelet"); err == nil || !strings.Contains(err.Error(), want) ||
+		!strings.Contains(err.Error(), "mount the host's /data/kubelet at "+filepath.Join(h.root, "data/kubelet")+" read-write") {
+		t.Fatalf("RootDir: %v, want it to say %q and what to mount", err, want)
+	}
+	h.mkdir(t, "/data/kubelet")
+	err = readOnly(t, filepath.Join(h.root, "data/kubelet"), func() error { _, err := h.locator().RootDir(); return err })
+	if err == nil || !strings.Contains(err.Error(), "not writable") {
+		t.Fatalf("RootDir of a read-only mount: %v, want it not writable", err)
+	}
+	got, err = h.locator().RootDir()
+	if want := filepath.Join(h.root, "data/kubelet"); err != nil || got != want {
+		t.Fatalf("RootDir = %q, %v; want %q", got, err, want)
+	}
+	l := h.locator()
+	l.Pid = func() (int, error) { return 0, nil }
+	if _, err := l.RootDir(); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("no kubelet: %v, want ErrNotRunning", err)
+	}
+}
