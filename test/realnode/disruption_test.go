@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -81,28 +82,34 @@ func disruptionByField(ctx context.Context, t *testing.T, work string) {
 	defer func() {
 		_ = client.CoreV1().Namespaces().Delete(context.WithoutCancel(ctx), ns, metav1.DeleteOptions{})
 	}()
-	blocker := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "blocker", Namespace: ns, Labels: map[string]string{"app": "blocker"}},
-		Spec: corev1.PodSpec{
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			AutomountServiceAccountToken:  ptr.To(false),
-			Containers:                    []corev1.Container{{Name: "pause", Image: realnode.PauseImage, ImagePullPolicy: corev1.PullNever}},
+	// A ReplicaSet's: a drain leaves a pod no controller brings back.
+	labels := map[string]string{"app": "blocker"}
+	blocker := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "blocker", Namespace: ns},
+		Spec: appsv1.ReplicaSetSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TerminationGracePeriodSeconds: ptr.To[int64](1),
+					AutomountServiceAccountToken:  ptr.To(false),
+					Containers:                    []corev1.Container{{Name: "pause", Image: realnode.PauseImage, ImagePullPolicy: corev1.PullNever}},
+				},
+			},
 		},
 	}
-	// The namespace's default ServiceAccount, which admission wants, comes
-	// a moment after the namespace.
-	if err := proc.WaitFor(time.Minute, func() (bool, error) {
-		_, err := client.CoreV1().Pods(ns).Create(ctx, blocker, metav1.CreateOptions{})
-		return err == nil, err
-	}); err != nil {
+	if _, err := client.AppsV1().ReplicaSets(ns).Create(ctx, blocker, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitPodRunning(ctx, t, ns, "blocker")
+	// The namespace's default ServiceAccount, which admission wants, comes
+	// a moment after the namespace: the ReplicaSet creates its pod then.
+	pod := waitPodRunning(ctx, t, ns, labels)
 	budget := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "blocker", Namespace: ns},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MinAvailable: ptr.To(intstr.FromInt32(1)),
-			Selector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": "blocker"}},
+			Selector:     &metav1.LabelSelector{MatchLabels: labels},
 		},
 	}
 	if _, err := client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, budget, metav1.CreateOptions{}); err != nil {
@@ -116,7 +123,7 @@ func disruptionByField(ctx context.Context, t *testing.T, work string) {
 	scope := configMapVersion(ctx, t)
 	waitCordoned(ctx, t)
 	waitStatus(ctx, t, "the drain held by the budget", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
-		return c.Status == corev1.ConditionFalse && c.Reason == "DrainFailed" && strings.Contains(c.Message, ns+"/blocker (eviction refused") &&
+		return c.Status == corev1.ConditionFalse && c.Reason == "DrainFailed" && strings.Contains(c.Message, ns+"/"+pod.Name+" (eviction refused") &&
 			nodeview.ResourceVersion(st.Active) == static && nodeview.ResourceVersion(st.Assigned) == scope
 	})
 	waitUncordoned(ctx, t)
@@ -126,7 +133,7 @@ func disruptionByField(ctx context.Context, t *testing.T, work string) {
 	if b, err := os.ReadFile(filepath.Join(realnode.ConfigDir, dropIn)); err != nil || strings.Contains(string(b), "topologyManagerScope") {
 		t.Fatalf("drop-in after the failed drain: %q, %v; want the change not written", b, err)
 	}
-	if _, err := client.CoreV1().Pods(ns).Get(ctx, "blocker", metav1.GetOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
 		t.Fatalf("the budget's pod: %v", err)
 	}
 
@@ -140,7 +147,7 @@ func disruptionByField(ctx context.Context, t *testing.T, work string) {
 	waitStatusWithin(ctx, t, 4*time.Minute, "the change promoted once the pod could go", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return nodeview.ResourceVersion(st.LastKnownGood) == scope && c.Reason == "Active"
 	})
-	if _, err := client.CoreV1().Pods(ns).Get(ctx, "blocker", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the pod after the drain: %v; want it evicted", err)
 	}
 	waitKubeletSays(ctx, t, "topologyManagerScope", "pod")
@@ -217,17 +224,25 @@ func waitUncordoned(ctx context.Context, t *testing.T) {
 	}
 }
 
-func waitPodRunning(ctx context.Context, t *testing.T, ns, name string) {
+// waitPodRunning waits for the one pod in ns with labels to run, and
+// returns it.
+func waitPodRunning(ctx context.Context, t *testing.T, ns string, labels map[string]string) corev1.Pod {
 	t.Helper()
+	var pod corev1.Pod
 	if err := proc.WaitFor(2*time.Minute, func() (bool, error) {
-		p, err := node.Cluster.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		list, err := node.Cluster.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: labels})})
 		if err != nil {
 			return false, err
 		}
-		return p.Status.Phase == corev1.PodRunning, fmt.Errorf("pod %s/%s %s", ns, name, p.Status.Phase)
+		if len(list.Items) != 1 {
+			return false, fmt.Errorf("%d pods in %s with labels %v", len(list.Items), ns, labels)
+		}
+		pod = list.Items[0]
+		return pod.Status.Phase == corev1.PodRunning, fmt.Errorf("pod %s/%s %s", ns, pod.Name, pod.Status.Phase)
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, diagnose(ctx))
 	}
+	return pod
 }
 
 // waitBudgetSeen waits until the disruption controller has judged the

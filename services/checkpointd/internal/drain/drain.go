@@ -8,7 +8,9 @@
 // mirror (static) pods, which no eviction takes off the node, the agent's
 // own among them; and pods that tolerate the node.kubernetes.io/unschedulable
 // taint, which the scheduler would put right back on the cordoned node.
-// Finished pods hold nothing and are left too.
+// Finished pods hold nothing and are left too. A pod no controller
+// recreates holds the drain without being evicted: its eviction would
+// delete it for good.
 package drain
 
 import (
@@ -133,6 +135,10 @@ func (n Node) Evict(ctx context.Context) error {
 					why[p.UID] = "terminating since " + p.DeletionTimestamp.UTC().Format(time.RFC3339)
 					continue
 				}
+				if metav1.GetControllerOf(&p) == nil {
+					why[p.UID] = noController
+					continue
+				}
 				// A call the deadline cut short says nothing of the pod.
 				if w := n.evict(ctx, p); ctx.Err() == nil {
 					why[p.UID] = w
@@ -159,6 +165,10 @@ func notDrained(within time.Duration, pods []corev1.Pod, why map[types.UID]strin
 	sort.Slice(e.Left, func(i, j int) bool { return e.Left[i].Pod < e.Left[j].Pod })
 	return e
 }
+
+// noController is why a pod no controller recreates is left: an eviction
+// deletes it for good, which kubectl drain too refuses without --force.
+const noController = "no controller would bring it back, so it is not evicted: delete it, or run it under a controller"
 
 // evict asks the Eviction API to evict p and says how it went, in words.
 func (n Node) evict(ctx context.Context, p corev1.Pod) string {

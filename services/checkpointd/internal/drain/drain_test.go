@@ -24,11 +24,14 @@ import (
 
 const node = "node-a"
 
+// pod is a running pod on the node, a ReplicaSet's unless mutate says
+// otherwise.
 func pod(ns, name string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)},
-		Spec:       corev1.PodSpec{NodeName: node},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-1", UID: "rs-" + types.UID(name), Controller: ptr.To(true)}}},
+		Spec:   corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
 	}
 	for _, m := range mutate {
 		m(p)
@@ -45,7 +48,7 @@ func TestMovesOnlyWhatADrainCanMove(t *testing.T) {
 		{"a Deployment's pod", pod("app", "web", func(p *corev1.Pod) {
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "rs", Controller: ptr.To(true)}}
 		}), true},
-		{"a bare pod", pod("app", "bare"), true},
+		{"a bare pod", pod("app", "bare", bare), true},
 		{"a DaemonSet's pod", pod("kube-system", "agent", func(p *corev1.Pod) {
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "ds", Controller: ptr.To(true)}}
 		}), false},
@@ -68,6 +71,9 @@ func TestMovesOnlyWhatADrainCanMove(t *testing.T) {
 		}
 	}
 }
+
+// bare makes a pod no controller's.
+func bare(p *corev1.Pod) { p.OwnerReferences = nil }
 
 // budgetRefusal is the API server's answer to an eviction a
 // PodDisruptionBudget forbids.
@@ -105,7 +111,7 @@ func TestEvictNamesThePodsABudgetHolds(t *testing.T) {
 	ds := pod("kube-system", "agent", func(p *corev1.Pod) {
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "ds", Controller: ptr.To(true)}}
 	})
-	elsewhere := pod("app", "other-node")
+	elsewhere := pod("app", "other-node", bare)
 	elsewhere.Spec.NodeName = "node-b"
 	kube := fake.NewClientset(pod("app", "web"), pod("app", "blocker"), ds, elsewhere)
 	seen := evictions(kube, map[string]string{"app/blocker": "blocker-pdb"})
@@ -248,5 +254,37 @@ func TestCordonNeedsItsAdmissionPolicy(t *testing.T) {
 	// wait on a policy deleted meanwhile.
 	if err := (Node{Kube: fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}), Name: node, Policy: policy}).Uncordon(ctx); err != nil {
 		t.Fatalf("Uncordon without the policy: %v", err)
+	}
+}
+
+// A pod no controller brings back is never evicted, as kubectl drain
+// refuses it without --force: it holds the drain, and the error says why
+// and what to do.
+func TestEvictLeavesAPodNoControllerBringsBack(t *testing.T) {
+	owned := pod("app", "web", func(p *corev1.Pod) {
+		// Owned, but by no controller: nothing recreates it either.
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "holder", UID: "cm"}}
+	})
+	kube := fake.NewClientset(pod("app", "debug", bare), owned, pod("app", "db"))
+	seen := evictions(kube, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := Node{Kube: kube, Name: node, Poll: 20 * time.Millisecond}.Evict(ctx)
+	var nd *NotDrainedError
+	if !errors.As(err, &nd) || len(nd.Left) != 2 {
+		t.Fatalf("Evict = %v; want app/debug and app/web left", err)
+	}
+	for i, name := range []string{"app/debug", "app/web"} {
+		if l := nd.Left[i]; l.Pod != name || l.Why != "no controller would bring it back, so it is not evicted: delete it, or run it under a controller" {
+			t.Errorf("left %+v, want %s left for having no controller", l, name)
+		}
+	}
+	for _, ev := range *seen {
+		if ev.Name != "db" {
+			t.Errorf("evicted %s/%s, which no controller brings back", ev.Namespace, ev.Name)
+		}
+	}
+	if _, err := kube.CoreV1().Pods("app").Get(context.Background(), "db", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("app/db, a ReplicaSet's: %v; want it evicted", err)
 	}
 }
