@@ -111,6 +111,11 @@ func (u cpuUse) total() float64 {
 // floor is the time the CPU taken needs on this machine's cores.
 func (u cpuUse) floor() float64 { return u.total() / float64(runtime.NumCPU()) }
 
+// controlPlaneFloor is the time the control plane's CPU alone needs on
+// these cores: the floor of a fleet whose agents run on their own nodes'
+// CPUs, as real ones do.
+func (u cpuUse) controlPlaneFloor() float64 { return u.controlPlane() / float64(runtime.NumCPU()) }
+
 func (u cpuUse) String() string {
 	harness := ""
 	if u.harness >= 0 {
