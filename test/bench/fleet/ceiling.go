@@ -165,8 +165,10 @@ func probeNodeName(k int) string { return fmt.Sprintf("ceiling-probe-%03d", k) }
 // patch by statusd's field manager that changes the config-status
 // annotation and the NodeConfigReady condition); so each write is
 // authenticated as statusd, authorized, checked by statusd's admission
-// policy, and sent to a watcher.
-func agentWriters(ctx context.Context, admin kubernetes.Interface, base *rest.Config) ([]ceilingWrite, func(), error) {
+// policy, and sent to a watcher. With kubeletLike the Nodes are dressed as
+// the fleet's are (-kubelet-like-nodes): a status patch's cost grows with
+// the Node it rewrites.
+func agentWriters(ctx context.Context, admin kubernetes.Interface, base *rest.Config, kubeletLike bool) ([]ceilingWrite, func(), error) {
 	names := make([]string, ceilingWriters*probeNodesPerWriter)
 	for k := range names {
 		names[k] = probeNodeName(k)
@@ -184,7 +186,11 @@ func agentWriters(ctx context.Context, admin kubernetes.Interface, base *rest.Co
 		})
 	}
 	if err := forEach(len(names), 32, func(k int) error {
-		_, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: names[k]}}, metav1.CreateOptions{})
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: names[k], Labels: map[string]string{}}}
+		if kubeletLike {
+			kubeletLikeNode(node, k)
+		}
+		_, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 		return err
 	}); err != nil {
 		cleanup()
@@ -258,8 +264,8 @@ func statusPatch(i int64) ([]byte, error) {
 
 // agentCeiling is the write ceiling of agentWriters, whose Nodes are gone
 // when it returns.
-func agentCeiling(ctx context.Context, admin kubernetes.Interface, base *rest.Config, window time.Duration, apiServer int) (ceiling, error) {
-	writers, cleanup, err := agentWriters(ctx, admin, base)
+func agentCeiling(ctx context.Context, admin kubernetes.Interface, base *rest.Config, kubeletLike bool, window time.Duration, apiServer int) (ceiling, error) {
+	writers, cleanup, err := agentWriters(ctx, admin, base, kubeletLike)
 	if err != nil {
 		return ceiling{}, fmt.Errorf("the agents' write probe: %w", err)
 	}

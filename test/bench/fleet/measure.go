@@ -32,13 +32,17 @@ func (r *fleetRun) measureCeilings() error {
 	}
 	if r.o.auth {
 		// The change's writes are the agents': the floor is theirs.
-		probe, err := agentCeiling(r.ctx, r.admin, r.c.Config, r.o.ceiling, r.c.APIServer.Pid())
+		probe, err := agentCeiling(r.ctx, r.admin, r.c.Config, r.o.kubeletLikeNodes, r.o.ceiling, r.c.APIServer.Pid())
 		if err != nil {
 			return err
 		}
 		r.writeFloor = probe.perSecond
-		fmt.Printf("    as the agents write: %.0f Node writes/s, %.0f µs of its CPU each (%d writers taking turns over %d agents, each with its token bound to a Node of its own, its connection, its watch of the Node, and statusd's patches of its status through the admission policy, %v)\n",
-			probe.perSecond, probe.cpuPerWrite, probe.writers, probe.writers*probeNodesPerWriter, r.o.ceiling)
+		nodes := "Node"
+		if r.o.kubeletLikeNodes {
+			nodes = "kubelet-like Node"
+		}
+		fmt.Printf("    as the agents write: %.0f Node writes/s, %.0f µs of its CPU each (%d writers taking turns over %d agents, each with its token bound to a %s of its own, its connection, its watch of the Node, and statusd's patches of its status through the admission policy, %v)\n",
+			probe.perSecond, probe.cpuPerWrite, probe.writers, probe.writers*probeNodesPerWriter, nodes, r.o.ceiling)
 	}
 	return nil
 }
