@@ -58,6 +58,15 @@ func (r *fleetRun) firstRollout() error {
 	if err != nil {
 		return err
 	}
+	stopProfile, err := r.startFirstProfiling()
+	if err != nil {
+		return err
+	}
+	pids := fleetPids(r.hosts, r.c.APIServer.Pid(), r.c.Etcd.Pid(), r.reconciler.Pid())
+	cpuBefore, err := readCPU(pids)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if r.cm, err = r.admin.CoreV1().ConfigMaps(namespace).Create(r.ctx, configMap(1), metav1.CreateOptions{}); err != nil {
 		return err
@@ -69,6 +78,13 @@ func (r *fleetRun) firstRollout() error {
 		return err
 	}
 	report("first rollout (nothing assigned before)", r.first)
+	if cpuAfter, err := readCPU(pids); err == nil {
+		cpu := cpuAfter.minus(cpuBefore)
+		fmt.Printf("    CPU it took: %v (all active in %.2f x that)\n", cpu, r.first.all().Seconds()/cpu.floor())
+	}
+	if err := stopProfile(); err != nil {
+		return err
+	}
 	if syncs, err := readSyncs(r.metricsAddr); err == nil {
 		fmt.Printf("    node syncs since the reconciler started: %.0f, %s\n", syncs.nodes, syncs.outcomes())
 	}
