@@ -4,9 +4,11 @@
 package agents
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +48,10 @@ type Options struct {
 	// Tokens, when set, authenticates every call with a token for the
 	// called node alone.
 	Tokens *NodeTokens
+	// TokenPrefetch is how many TokenRequests PrefetchTokens makes at a
+	// time (0: it mints none, each token is minted on its node's first
+	// call).
+	TokenPrefetch int
 }
 
 // Transport gives the transport credentials of a node's connection.
@@ -213,6 +219,35 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, func(), e
 		})
 	}
 	return nodeconfigv1.NewCheckpointServiceClient(c.conn), release, nil
+}
+
+// PrefetchTokens mints, in the order given, the tokens of the nodes whose
+// agent is known (Target) and that hold none yet, TokenPrefetch at a time
+// (NodeTokens.Prefetch); it returns how many of them were minted.
+func (p *Pool) PrefetchTokens(ctx context.Context, nodes []string) int {
+	if p.o.Tokens == nil || p.o.TokenPrefetch <= 0 {
+		return 0
+	}
+	hasAgent := func(node string) bool {
+		_, err := p.Target(node)
+		return err == nil
+	}
+	if len(p.o.Static) == 0 && p.o.SocketTemplate == "" && p.o.Pods != nil {
+		// Found in the cluster: one listing for the fleet, not one per node.
+		pods, err := p.o.Pods.List(p.o.PodSelector)
+		if err != nil {
+			return 0
+		}
+		ready := make(map[string]bool, len(pods))
+		for _, pod := range pods {
+			if pod.Status.PodIP != "" && pod.DeletionTimestamp == nil && PodReady(pod) {
+				ready[pod.Spec.NodeName] = true
+			}
+		}
+		hasAgent = func(node string) bool { return ready[node] }
+	}
+	withAgent := slices.DeleteFunc(slices.Clone(nodes), func(node string) bool { return !hasAgent(node) })
+	return p.o.Tokens.Prefetch(ctx, withAgent, p.o.TokenPrefetch)
 }
 
 // Forget closes the connection of a node that is gone.
