@@ -92,6 +92,20 @@ type Pool struct {
 	o     Options
 	mu    sync.Mutex
 	conns *lru.Cache // node name -> *agentConn
+	// unused are connections no caller holds any more, closed by unlock
+	// once mu is released: a close takes its time, and the workers
+	// releasing theirs would queue behind it.
+	unused []*grpc.ClientConn
+}
+
+// unlock releases p.mu, then closes the connections left unused meanwhile.
+func (p *Pool) unlock() {
+	unused := p.unused
+	p.unused = nil
+	p.mu.Unlock()
+	for _, conn := range unused {
+		_ = conn.Close()
+	}
 }
 
 // agentConn is one node's connection. A connection leaves the cache
@@ -117,13 +131,15 @@ func New(o Options) *Pool {
 		o.MaxConnections = DefaultMaxConnections
 	}
 	// The cache calls this under Pool.mu: every change of it happens there.
-	return &Pool{o: o, conns: lru.NewWithEvictionFunc(o.MaxConnections, func(_ lru.Key, v any) {
+	p := &Pool{o: o}
+	p.conns = lru.NewWithEvictionFunc(o.MaxConnections, func(_ lru.Key, v any) {
 		c := v.(*agentConn)
 		c.evicted = true
 		if c.users == 0 {
-			_ = c.conn.Close()
+			p.unused = append(p.unused, c.conn)
 		}
-	})}
+	})
+	return p
 }
 
 // conn returns the open connection of a node, if any.
@@ -177,7 +193,7 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, func(), e
 		return nil, nil, err
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	c, ok := p.conn(node)
 	if ok && c.target != target {
 		// The agent pod moved (new pod IP): the old connection would only
@@ -211,10 +227,10 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, func(), e
 	release := func() {
 		once.Do(func() {
 			p.mu.Lock()
-			defer p.mu.Unlock()
+			defer p.unlock()
 			c.users--
 			if c.users == 0 && c.evicted {
-				_ = c.conn.Close()
+				p.unused = append(p.unused, c.conn)
 			}
 		})
 	}
@@ -253,7 +269,7 @@ func (p *Pool) PrefetchTokens(ctx context.Context, nodes []string) int {
 // Forget closes the connection of a node that is gone.
 func (p *Pool) Forget(node string) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	p.conns.Remove(node)
 	if p.o.Tokens != nil {
 		p.o.Tokens.Forget(node)
@@ -263,6 +279,6 @@ func (p *Pool) Forget(node string) {
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	p.conns.Clear()
 }
