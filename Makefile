@@ -51,7 +51,7 @@ VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION) -X node
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
-.PHONY: help tools testbin nodebin node-packages promtool generate build lint test test-unit bench fleet-bench store-bench bench-table fleet run cluster clean fuzz images build-race
+.PHONY: help tools testbin nodebin node-packages promtool generate build lint test test-unit bench fleet-bench store-bench bench-table fleet fleet-plugin run cluster clean fuzz images build-race
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -190,7 +190,7 @@ RACE_E2E  := ^($(shell paste -sd'|' $(RACE_LIST)))$$
 
 test: lint build build-race testbin nodebin node-packages promtool images ## lint, then every unit and integration test (the alert rules' with promtool), the race pass, the real node, and one pass of each benchmark
 	go test -run '^$$' -bench . -benchtime 1x nodeconfig.io/services/... nodeconfig.io/test/e2e
-	go run nodeconfig.io/test/bench/fleet -nodes 20 -cold-reviews=false
+	go run nodeconfig.io/test/bench/fleet -nodes 20 -cold-reviews=false -fail-on-failed-sync
 	go test $(TEST_FLAGS) $$(go list $(PACKAGES) | grep -v /test/realnode)
 	@# The release's tools, outside go.work: OCI archives, and the Helm chart against deploy/.
 	GOWORK=off go -C tools test $(TEST_FLAGS) ./cmd/ocibuild
@@ -229,6 +229,8 @@ bench: build testbin nodebin node-packages images ## every performance figure in
 	go run nodeconfig.io/test/bench/fleet -nodes 1000 -tokens-due 60s | tee -a $(BENCH_OUT)
 	@# The same fleet around authentication (unix sockets): what TLS and the per-node tokens cost.
 	go run nodeconfig.io/test/bench/fleet -nodes 1000 -auth=false | tee -a $(BENCH_OUT)
+	@# The same fleet with Nodes of a real kubelet's size: what every status patch rewrites in etcd.
+	go run nodeconfig.io/test/bench/fleet -nodes 1000 -kubelet-like-nodes | tee -a $(BENCH_OUT)
 	go test -short -run '^$$' -bench KubeletRunsNewConfig -benchtime 20x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
 	go test -short -run '^$$' -bench BadConfigToHealthyLastKnownGood -benchtime 10x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
 	@echo; $(MAKE) --no-print-directory bench-table
@@ -253,6 +255,9 @@ bench-table: ## the table of docs/performance.md rendered again from docs/bench/
 
 fleet: build testbin nodebin ## the fleet benchmark alone, nothing saved: FLEET_NODES simulated nodes (default 1000)
 	go run nodeconfig.io/test/bench/fleet -nodes $(FLEET_NODES)
+
+fleet-plugin: build testbin nodebin ## kubectl nodeconfig against a settled fleet of FLEET_NODES (status fits a screen, -o yaml round-trips, their times), the change's other measurements skipped
+	go run nodeconfig.io/test/bench/fleet -nodes $(FLEET_NODES) -plugin -ceiling 0 -idle 0 -policy-cost=false -cold-reviews=false
 
 fuzz: ## fuzz each target for FUZZTIME (default 30s)
 	@hack/fuzz.sh $(FUZZTIME)

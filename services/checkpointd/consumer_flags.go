@@ -19,6 +19,7 @@ import (
 // restarted and probed: the node's own facts, so they are agent flags.
 type consumerFlags struct {
 	restart, pidFile, cgroup, exePath, proc, unit, healthURL, logFile, runtimeEndpoint string
+	kubeletRootDir                                                                     string
 	healthTimeout, period                                                              time.Duration
 	failures                                                                           int
 	healthGates                                                                        bool
@@ -39,6 +40,7 @@ func (c *consumerFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.failures, "consumer-failure-threshold", 3, "failed probes in a row that make a healthy consumer unhealthy (and its config rolled back)")
 	fs.BoolVar(&c.healthGates, "health-gates", true, "with a consumer gate and --node-name: judge the node through each soak beyond the kubelet's healthz (its Node stays Ready and free of memory, disk and PID pressure; its pods Ready before the trial are Ready again within --health-pods-ready-timeout), roll back what fails, and hold the soak while the API server cannot be read")
 	fs.DurationVar(&c.podsReadyTimeout, "health-pods-ready-timeout", 3*time.Minute, "with --health-gates: how long after the kubelet's restart the node's pods that were Ready before it have to be Ready again")
+	fs.StringVar(&c.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's --root-dir as mounted (writable): a change its state files refuse (the CPU or memory manager's policy: docs/disruption.md) has them removed there while the kubelet is down")
 	fs.StringVar(&c.runtimeEndpoint, "consumer-runtime-endpoint", "", "the container runtime's CRI socket, as the kubelet's --container-runtime-endpoint (e.g. unix:///run/containerd/containerd.sock; mount it into the agent): before a failing consumer's config is rolled back the runtime is asked, and while it is not ready the node holds and blames nothing; empty: no check")
 }
 
@@ -71,7 +73,7 @@ func (c *consumerFlags) gate(log *slog.Logger) (*consumer.Gate, error) {
 	}
 	return consumer.NewGate(consumer.Gate{
 		Restarter: r, Prober: consumer.Prober{URL: c.healthURL}, Runtime: rt,
-		HealthTimeout: c.healthTimeout, Period: c.period, FailureThreshold: c.failures, LogFile: c.logFile, Log: log,
+		HealthTimeout: c.healthTimeout, Period: c.period, FailureThreshold: c.failures, LogFile: c.logFile, KubeletRootDir: c.kubeletRootDir, Log: log,
 	}), nil
 }
 

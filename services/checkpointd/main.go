@@ -44,6 +44,7 @@ type options struct {
 	guardHostTargetDir              string
 	guardBinaryPath                 string
 	nodeFilesPeriod                 time.Duration
+	drainAdmissionPolicy            string
 	rules                           fieldpolicy.Rules
 	consumer                        consumerFlags
 	servingCert                     servingCertFlags
@@ -59,6 +60,7 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.StringVar(&o.suggestedConfigDir, "suggested-config-dir", "/etc/kubernetes/kubelet.conf.d", "without --target-dir: the --config-dir a kubelet without one is told to add (a host directory the agent mounts read-write)")
 	fs.DurationVar(&o.nodeFilesPeriod, "kubelet-files-period", 10*time.Second, "with --kubelet-config, or the kubelet's files found: how often the node's own kubelet files (the --config file, the other drop-ins) are checked for a change, after which the active drop-in is judged against them again and rolled back if it no longer validates (0: never)")
 	o.rules.Register(fs)
+	fs.StringVar(&o.drainAdmissionPolicy, "drain-admission-policy", "", "the ValidatingAdmissionPolicy (with its binding of the same name) that holds this agent's Node patch to spec.unschedulable of its own Node: a drain cordons the node only once it sees it installed and enforced, and fails naming what is missing otherwise (deploy/rbac.yaml: nodeconfig-agent-own-node); empty: no check")
 	fs.IntVar(&o.maxWatchers, "max-watchers", 64, "most concurrent WatchRecords streams")
 	fs.DurationVar(&o.gcInterval, "gc-interval", 10*time.Minute, "how often unreferenced checkpoints are swept")
 	fs.DurationVar(&o.gcMinAge, "gc-min-age", time.Hour, "an unreferenced checkpoint younger than this is kept (it may be about to be assigned)")

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/checkpointd/internal/drain"
+	"nodeconfig.io/services/checkpointd/internal/lifecycle"
 	"nodeconfig.io/services/checkpointd/internal/servingcert"
 	"nodeconfig.io/services/checkpointd/server"
 	"nodeconfig.io/services/servekit"
@@ -18,7 +21,10 @@ import (
 func (o *options) Run(p *servekit.Process) error {
 	var restCfg *rest.Config
 	healthGates := o.consumer.restart != "none" && o.consumer.healthGates && o.servingCert.node != ""
-	if p.NeedsCluster() || o.servingCert.enabled() || healthGates {
+	// Drains need to know the Node: a change that needs one is an early
+	// error on a node without --node-name.
+	drains := o.consumer.restart != "none" && o.servingCert.node != ""
+	if p.NeedsCluster() || o.servingCert.enabled() || healthGates || drains {
 		// Reviews of its callers and its own certificate: the store never
 		// talks to the API server. A deadline: a slow API server must not
 		// hold calls open. Each guard gets a client-side limit of its own
@@ -27,7 +33,7 @@ func (o *options) Run(p *servekit.Process) error {
 		kube.QPS, kube.Burst = 10, 20
 		var err error
 		if restCfg, err = kube.Config("nodeconfig-checkpointd"); err != nil {
-			return fmt.Errorf("for --auth=token, --serving-cert-dir or --health-gates: %w", err)
+			return fmt.Errorf("for --auth=token, --serving-cert-dir, --health-gates or drains (--node-name): %w", err)
 		}
 		restCfg.Timeout = 10 * time.Second
 	}
@@ -70,11 +76,19 @@ func (o *options) Run(p *servekit.Process) error {
 	} else if gate != nil {
 		p.Log.Info("the health gates are off (--health-gates=false, or no --node-name): a config is judged by the kubelet's healthz alone")
 	}
+	var drainer lifecycle.Drainer
+	if gate != nil && drains {
+		kube, err := kubernetes.NewForConfig(restCfg)
+		if err != nil {
+			return err
+		}
+		drainer = drain.Node{Kube: kube, Name: o.servingCert.node, Log: p.Log, Policy: o.drainAdmissionPolicy}
+	}
 	o.installGuard(p.Log, gate != nil)
 	ckd, err := server.Open(server.Options{
 		StateDir: o.stateDir, TargetDir: o.targetDir, TargetFile: o.targetFile, KubeletConfig: o.kubeletConfig, NoSync: o.noFsync, Rules: o.rules,
 		MaxWatchers: o.maxWatchers, Registerer: srv.Registry, Log: p.Log, Consumer: gate, GuardDir: o.guardDir(gate != nil),
-		GuardRuntimeEndpoint: o.guardRuntimeEndpoint(), GuardHostTargetDir: o.guardHostTargetDir, LocateKubelet: locate,
+		GuardRuntimeEndpoint: o.guardRuntimeEndpoint(), GuardHostTargetDir: o.guardHostTargetDir, LocateKubelet: locate, Drainer: drainer,
 	})
 	if err != nil {
 		return err
@@ -85,6 +99,7 @@ func (o *options) Run(p *servekit.Process) error {
 	go ckd.RunGC(ctx, o.gcInterval, o.gcMinAge)
 	go ckd.RunConsumer(ctx)
 	go ckd.RunNodeFilesWatch(ctx, o.nodeFilesPeriod)
+	go ckd.RunDrains(ctx)
 	// The node's config is kept (recovered above, the consumer gated)
 	// whatever the wait; only the ports wait for the node's own
 	// certificate, so the agent never serves with another's, and is not

@@ -7,11 +7,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
+	"nodeconfig.io/test/framework/grpcspy"
 	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
 )
 
 const badYAML = "maxPods: [110\n"
@@ -71,24 +74,52 @@ func TestLateErrorIsFixedByNewConfigNotByRetry(t *testing.T) {
 // "Earlier errors (e.g. download or checkpointing errors) will not result
 // in a rollback to LastKnownGood, and may resolve across Kubelet retries."
 func TestEarlyErrorMissingConfigMapRetriesWithBackoffAndHeals(t *testing.T) {
-	// A cap far enough away that the growth is seen even on a slow machine.
-	e := newEnv(t, 1, "--retry-max-delay", "10s")
+	e := newNodes(t, 1, func(int) sim.NodeOptions { return sim.NodeOptions{} })
 	node := e.nodes[0].Name
+	// The retries as the node's agent receives them: each sync begins with
+	// a GetRecords, and only the reconciler calls through the spy.
+	spy := grpcspy.Start(t, "unix://"+e.nodes[0].Socket)
+	// A cap far enough away that the growth is seen even on a slow machine.
+	e.startReconciler("r0", "--retry-max-delay", "10s", "--agent-address", node+"="+spy.Target)
+	// Not there yet, even where an earlier run of this test (-count) made it.
+	if err := e.c.Client.CoreV1().ConfigMaps(e.ns).Delete(e.ctx, "not-yet", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	used := time.Now()
 	e.use(e.label, "not-yet", nil)
 	e.waitNode(node, 20*time.Second, "download failure reported", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return reasonIs(c, "DownloadFailed") && c.Status == corev1.ConditionFalse && st.Active == nil && st.Assigned == nil
 	})
-	// The delay grows between failures.
-	var first *nodeconfigv1.NodeState
-	err := proc.WaitFor(30*time.Second, func() (bool, error) {
-		st := e.nodeState(node)
-		if first == nil && st.GetFailures() >= 1 {
-			first = st
+	syncs := func() []time.Time {
+		var at []time.Time
+		for _, c := range spy.Calls(nodeconfigv1.CheckpointService_GetRecords_FullMethodName) {
+			if c.At.After(used) {
+				at = append(at, c.At)
+			}
 		}
-		return first != nil && st.GetFailures() > first.GetFailures()+1 && st.GetBackoff().AsDuration() > first.GetBackoff().AsDuration(), nil
-	})
-	if err != nil {
-		t.Fatalf("backoff did not grow: %v (first %v, now %v)", err, first, e.nodeState(node))
+		return at
+	}
+	if len(syncs()) == 0 {
+		t.Fatal("the node reports the failure, but its agent saw no sync through the spy")
+	}
+	// The retries thin out: at a fixed delay (the base, 200 ms) two windows
+	// of 10 s from the first failure would each see 50 of them; doubling,
+	// the second sees a handful at most, and still at least one.
+	const window = 10 * time.Second
+	first := syncs()[0]
+	time.Sleep(time.Until(first.Add(2 * window))) // the windows observed
+	var inFirst, inSecond int
+	for _, at := range syncs() {
+		switch since := at.Sub(first); {
+		case since < window:
+			inFirst++
+		case since < 2*window:
+			inSecond++
+		}
+	}
+	t.Logf("the agent saw %d syncs in the first %v after the first failure, %d in the next", inFirst, window, inSecond)
+	if inSecond < 1 || 2*inSecond > inFirst {
+		t.Fatalf("the agent saw %d syncs in the first %v after the first failure and %d in the next: want retries that thin out (under half) but go on", inFirst, window, inSecond)
 	}
 	if got := e.nodeState(node).GetBackoff().AsDuration(); got > 10*time.Second {
 		t.Fatalf("backoff %v over the configured cap of 10s", got)

@@ -20,10 +20,22 @@ import (
 // its file unchanged.
 func (e *env) nothingReached(cm *corev1.ConfigMap, before []string, file string) {
 	e.t.Helper()
-	for _, n := range e.nodes {
-		e.resync(n.Name, 30*time.Second)
+	all := make([]int, len(e.nodes))
+	for i := range all {
+		all[i] = i
 	}
-	for i, n := range e.nodes {
+	e.nothingReachedOn(all, cm, before, file)
+}
+
+// nothingReachedOn is nothingReached for the nodes of the given indexes
+// (before is still by node index).
+func (e *env) nothingReachedOn(nodes []int, cm *corev1.ConfigMap, before []string, file string) {
+	e.t.Helper()
+	for _, i := range nodes {
+		e.resync(e.nodes[i].Name, 30*time.Second)
+	}
+	for _, i := range nodes {
+		n := e.nodes[i]
 		ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
 		resp, err := n.Checkpoint().ListCheckpoints(ctx, &nodeconfigv1.ListCheckpointsRequest{}, grpc.WaitForReady(true))
 		cancel()

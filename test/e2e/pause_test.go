@@ -49,17 +49,20 @@ func TestPausedRolloutStartsNoTrialAndResumeContinues(t *testing.T) {
 		return rv(st.LastKnownGood) == v2.ResourceVersion
 	})
 	e.waitHeld(e.label, "Paused", 20*time.Second)
-	for i, n := range e.nodes {
-		if i == first {
-			continue
-		}
-		if a := e.records(i).GetAssigned().GetSource().GetResourceVersion(); a == v2.ResourceVersion {
-			t.Fatalf("node %s was assigned v2 while the rollout was paused", n.Name)
-		}
-		if got, _ := n.Target(); got != goodYAML {
-			t.Fatalf("node %s target %q changed while paused", n.Name, got)
+	// Once each of the others synced again, none holds v2 in its store (it
+	// was never sent), its records changed nothing since every node was
+	// synced at the paused generation, and its file is v1's.
+	before := make([]string, len(e.nodes))
+	for i := range e.nodes {
+		before[i] = e.records(i).String()
+	}
+	var others []int
+	for i := range e.nodes {
+		if i != first {
+			others = append(others, i)
 		}
 	}
+	e.nothingReachedOn(others, v2, before, goodYAML)
 
 	e.setSpec(map[string]any{"soakSeconds": int64(1), "rollout": map[string]any{"maxInTrial": int64(1), "paused": false}})
 	for _, n := range e.nodes {

@@ -11,6 +11,7 @@ import (
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/configcheck/fieldpolicy"
+	"nodeconfig.io/test/framework/grpcspy"
 	"nodeconfig.io/test/framework/proc"
 	"nodeconfig.io/test/framework/sim"
 )
@@ -50,22 +51,66 @@ func TestPeriodicReconcileRepairsDrift(t *testing.T) {
 }
 
 // An interval of 0 stops periodic reconciles once the node is up
-// to date, but a spec change still reconciles.
+// to date, but a spec change still reconciles. Seen from the node's agent:
+// the reconciler's drift checks (RepairDrift, a call of every sync of an
+// active node, and of no one else) come every second or so at interval 1,
+// and stop at 0 for many times the longest gap seen before.
 func TestReconcileIntervalZeroStopsPeriodicButSpecChangeReconciles(t *testing.T) {
 	// The spec change below is to validator: none, which the operator
 	// allows on both sides.
 	e := newNodes(t, 1, func(int) sim.NodeOptions {
 		return sim.NodeOptions{CheckpointdArgs: []string{"--" + fieldpolicy.ValidatorNoneFlag}}
 	})
-	e.startReconciler("r0", "--"+fieldpolicy.ValidatorNoneFlag)
 	n := e.nodes[0]
+	spy := grpcspy.Start(t, "unix://"+n.Socket)
+	e.startReconciler("r0", "--"+fieldpolicy.ValidatorNoneFlag, "--agent-address", n.Name+"="+spy.Target)
+	driftChecks := func(after time.Time) []time.Time {
+		var at []time.Time
+		for _, c := range spy.Calls(nodeconfigv1.CheckpointService_RepairDrift_FullMethodName) {
+			if c.At.After(after) {
+				at = append(at, c.At)
+			}
+		}
+		return at
+	}
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
-	zero := map[string]string{v1alpha1.AnnotationReconcileInterval: "0"}
 	src := map[string]any{"configMap": map[string]any{"namespace": e.ns, "name": "cfg", "key": "config.yaml"}}
-	e.nodeConfig(e.label, map[string]any{"source": src, "soakSeconds": int64(1)}, zero)
+	e.nodeConfig(e.label, map[string]any{"source": src, "soakSeconds": int64(1)}, map[string]string{v1alpha1.AnnotationReconcileInterval: "1"})
 	e.waitNode(n.Name, 20*time.Second, "promoted", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
 		return rv(st.LastKnownGood) == cm.ResourceVersion
 	})
+	// The baseline: the longest gap among a few periodic reconciles.
+	promoted := time.Now()
+	const baseline = 5
+	if err := proc.WaitFor(30*time.Second, func() (bool, error) {
+		return len(driftChecks(promoted)) >= baseline, nil
+	}); err != nil {
+		t.Fatalf("at interval 1 the agent saw %d drift checks in 30 s, want %d: %v", len(driftChecks(promoted)), baseline, err)
+	}
+	checks := driftChecks(promoted)
+	var longest time.Duration
+	for i := 1; i < len(checks); i++ {
+		longest = max(longest, checks[i].Sub(checks[i-1]))
+	}
+
+	zero := map[string]string{v1alpha1.AnnotationReconcileInterval: "0"}
+	e.nodeConfig(e.label, map[string]any{"source": src, "soakSeconds": int64(1)}, zero)
+	// The change itself syncs the node (and a periodic one already due
+	// may still come); then none for five times the longest gap before.
+	quiet := 5 * longest
+	changed := time.Now()
+	if err := proc.WaitFor(quiet+30*time.Second, func() (bool, error) {
+		last := changed
+		if c := driftChecks(changed); len(c) > 0 {
+			last = c[len(c)-1]
+		}
+		return time.Since(last) >= quiet, nil
+	}); err != nil {
+		t.Fatalf("at interval 0 the agent saw %d drift checks in %v (at interval 1 the longest gap was %v): periodic reconciles go on",
+			len(driftChecks(changed)), time.Since(changed).Round(time.Millisecond), longest)
+	}
+	t.Logf("at interval 1, %d drift checks at most %v apart; at 0, %d after the change, then none for %v", len(checks), longest, len(driftChecks(changed)), quiet)
+	// The reconciler says the same.
 	st := e.waitState(n.Name, 10*time.Second, nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE)
 	if st.GetNextReconcileTime() != nil {
 		t.Fatalf("next reconcile at %v with interval 0; want none", st.GetNextReconcileTime().AsTime())

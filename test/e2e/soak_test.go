@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,17 +10,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/framework/grpcspy"
 	"nodeconfig.io/test/framework/proc"
+	"nodeconfig.io/test/framework/sim"
+	"nodeconfig.io/test/framework/storefile"
 )
 
 // "Assigned only updates in the status after the record has been
 // checkpointed to disk." Every state checkpointd ever records has the
-// payload of its assigned config on disk.
+// payload of its assigned config on disk: read from the store file by this
+// process once checkpointd stopped, not asked of checkpointd.
 func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
 	e := newEnv(t, 1)
+	n := e.nodes[0]
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	stream, err := e.nodes[0].Checkpoint().WatchRecords(ctx, &nodeconfigv1.WatchRecordsRequest{})
+	stream, err := n.Checkpoint().WatchRecords(ctx, &nodeconfigv1.WatchRecordsRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,33 +47,42 @@ func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
 		if i == 0 {
 			e.use(e.label, "cfg", nil)
 		}
-		e.waitNode(e.nodes[0].Name, 20*time.Second, "active", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+		e.waitNode(n.Name, 20*time.Second, "active", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
 			return rv(st.Active) == cm.ResourceVersion
 		})
 	}
+	// Killed, checkpointd records nothing more (its watch ends) and
+	// releases the store file's lock; what it committed is in the file.
+	// It is started again for the cleanup's reset.
+	n.Checkpointd.Kill()
+	onDisk, err := storefile.Payloads(filepath.Join(n.Dir, "state", "checkpoints.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Checkpointd.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.WaitFor(10*time.Second, func() (bool, error) {
+		_, err := n.Checkpoint().GetRecords(e.ctx, &nodeconfigv1.GetRecordsRequest{})
+		return err == nil, err
+	}); err != nil {
+		t.Fatalf("checkpointd started again does not answer: %v", err)
+	}
 	assignedSeen := map[string]bool{}
-	for {
-		var recs *nodeconfigv1.Records
-		select {
-		case recs = <-seen:
-		default:
-		}
-		if recs == nil {
-			break
-		}
+	for recs := range seen {
 		a := recs.GetAssigned().GetSource()
 		if a == nil {
 			continue
 		}
 		assignedSeen[a.GetResourceVersion()] = true
-		cp, err := e.nodes[0].Checkpoint().GetCheckpoint(e.ctx, &nodeconfigv1.GetCheckpointRequest{Uid: a.GetUid(), ResourceVersion: a.GetResourceVersion()})
-		if err != nil {
-			t.Fatalf("revision %d assigns %s/%s, which has no checkpoint: %v", recs.GetRevision(), a.GetUid(), a.GetResourceVersion(), err)
+		p, ok := onDisk[a.GetUid()+"/"+a.GetResourceVersion()]
+		if !ok {
+			t.Fatalf("revision %d assigns %s/%s, whose payload is not in the store file", recs.GetRevision(), a.GetUid(), a.GetResourceVersion())
 		}
 		// The order too: the checkpoint was stored before the assignment
 		// naming it was recorded (both stamped by the node's store).
-		if stored, assigned := cp.GetCheckpoint().GetStoredAt().AsTime(), recs.GetAssigned().GetWrittenAt().AsTime(); stored.After(assigned) {
-			t.Fatalf("resourceVersion %s was assigned at %v, before its checkpoint was stored at %v", a.GetResourceVersion(), assigned, stored)
+		if assigned := recs.GetAssigned().GetWrittenAt().AsTime(); p.StoredAt.After(assigned) {
+			t.Fatalf("resourceVersion %s was assigned at %v, before its checkpoint was stored at %v", a.GetResourceVersion(), assigned, p.StoredAt)
 		}
 	}
 	for _, v := range want {
@@ -80,17 +95,32 @@ func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
 // "This is currently implemented as a 10-minute soak period starting when
 // the local record of Assigned config is updated." A SIGKILL of every
 // service mid-soak does not move the start: it is the durable write time.
+// The node's agent, which the reconcilers reach through a spy, is asked to
+// promote once: not before the soak's durable end, and before a soak
+// started again at the restart would end.
 func TestRestartsMidSoakDoNotResetTheSoakClock(t *testing.T) {
-	e := newEnv(t, 1)
+	const soak = 10 * time.Second
+	e := newNodes(t, 1, func(int) sim.NodeOptions { return sim.NodeOptions{} })
 	n := e.nodes[0]
+	spy := grpcspy.Start(t, "unix://"+n.Socket)
+	through := []string{"--agent-address", n.Name + "=" + spy.Target}
+	e.startReconciler("r0", through...)
 	cm := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
-	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(6)})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(soak / time.Second)})
 	e.waitNode(n.Name, 20*time.Second, "soaking", func(st corev1.NodeConfigStatus, c *corev1.NodeCondition) bool {
 		return rv(st.Active) == cm.ResourceVersion && reasonIs(c, "Soaking")
 	})
 	assigned := proto.Clone(e.records(0).GetAssigned()).(*nodeconfigv1.AssignedRecord)
 	active := proto.Clone(e.records(0).GetActive()).(*nodeconfigv1.SourceRecord)
+	wantEnd := active.GetWrittenAt().AsTime().Add(soak)
+	// Half-way through: a soak started again at the restart would end half
+	// a soak after the durable one.
+	time.Sleep(time.Until(wantEnd.Add(-soak / 2)))
+	if time.Now().After(wantEnd.Add(-soak / 4)) {
+		t.Fatalf("the soak is at %v of %v before the kill: too late to tell a restarted soak apart on this machine", soak-time.Until(wantEnd), soak)
+	}
 
+	killed := time.Now()
 	e.reconciler.Kill()
 	n.Statusd.Kill()
 	n.Checkpointd.Kill()
@@ -106,7 +136,7 @@ func TestRestartsMidSoakDoNotResetTheSoakClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.reconciler = nil
-	e.startReconciler("r1")
+	e.startReconciler("r1", through...)
 
 	if got := e.records(0).GetAssigned(); !proto.Equal(got, assigned) {
 		t.Fatalf("assigned record changed across restarts:\nbefore %v\nafter  %v", assigned, got)
@@ -114,24 +144,23 @@ func TestRestartsMidSoakDoNotResetTheSoakClock(t *testing.T) {
 	if got := e.records(0).GetActive(); !proto.Equal(got, active) {
 		t.Fatalf("active record changed across restarts:\nbefore %v\nafter  %v", active, got)
 	}
-	// The soak runs from the durable time the config became active.
-	wantEnd := active.GetWrittenAt().AsTime().Add(6 * time.Second)
-	err := proc.WaitFor(10*time.Second, func() (bool, error) {
-		st := e.nodeState(n.Name)
-		if st.GetState() == nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE {
-			return true, nil
-		}
-		if st.GetSoakEndsTime() != nil && !st.GetSoakEndsTime().AsTime().Equal(wantEnd) {
-			t.Fatalf("reconciler after restart ends the soak at %v, want %v (active written_at + soak)", st.GetSoakEndsTime().AsTime(), wantEnd)
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	if err := proc.WaitFor(soak+20*time.Second, func() (bool, error) {
+		return e.records(0).GetLastKnownGood() != nil, nil
+	}); err != nil {
+		t.Fatalf("never promoted: %v", err)
 	}
 	lkg := e.records(0).GetLastKnownGood()
 	if lkg.GetWrittenAt().AsTime().Before(wantEnd) {
 		t.Fatalf("promoted at %v, before the soak ended at %v", lkg.GetWrittenAt().AsTime(), wantEnd)
+	}
+	e.resync(n.Name, 20*time.Second)
+	promotions := spy.Calls(nodeconfigv1.CheckpointService_PromoteLastKnownGood_FullMethodName)
+	if len(promotions) != 1 {
+		t.Fatalf("the node's agent was asked to promote %d times (%v), want once", len(promotions), promotions)
+	}
+	restarted := killed.Add(soak)
+	if at := promotions[0].At; at.Before(wantEnd) || !at.Before(restarted) {
+		t.Fatalf("the node's agent was asked to promote at %v; want at the soak's durable end %v, before a soak started again at the kill would end (%v)", at, wantEnd, restarted)
 	}
 }
 

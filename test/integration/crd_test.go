@@ -43,6 +43,9 @@ func TestInvalidNodeConfigIsRefusedByTheAPIServer(t *testing.T) {
 		"topology key slash": {"nodeSelector: {}\nrollout: {topologyKey: 'a/b/c'}", "topologyKey must be a node label key"},
 		"topology key long":  {"nodeSelector: {}\nrollout: {topologyKey: 'example.com/" + strings.Repeat("z", 64) + "'}", "topologyKey must be a node label key"},
 		"topology key empty": {"nodeSelector: {}\nrollout: {topologyKey: ''}", "topologyKey must be a node label key"},
+		"drain bound 0":      {"nodeSelector: {}\nrollout: {drain: {timeoutSeconds: 0}}", "spec.rollout.drain.timeoutSeconds: Invalid value: 0"},
+		"drain bound -1":     {"nodeSelector: {}\nrollout: {drain: {timeoutSeconds: -1}}", "spec.rollout.drain.timeoutSeconds: Invalid value: -1"},
+		"drain when":         {"nodeSelector: {}\nrollout: {drain: {when: Sometimes}}", `Unsupported value: "Sometimes"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			doc := "apiVersion: nodeconfig.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: invalid}\nspec:\n  " + strings.ReplaceAll(tc.spec, "\n", "\n  ") + "\n"

@@ -51,12 +51,19 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 		allow bool
 	}{
 		// checkpointd: its health gate reads its Node and its node's pods;
-		// it asks for its serving certificate and reviews its callers. It
-		// writes no Node and no Event: statusd does.
+		// it asks for its serving certificate and reviews its callers; a
+		// drain cordons its Node and evicts its pods. It writes no Node
+		// status and no Event: statusd does.
 		{agent, "get nodes", true},
 		{agent, "watch nodes", true},
-		{agent, "patch nodes", false},
+		{agent, "patch nodes", true}, // spec.unschedulable of its own, held by nodeconfig-agent-own-node
 		{agent, "patch nodes --subresource=status", false},
+		{agent, "create pods --subresource=eviction -n default", true}, // a drain
+		{agent, "delete pods -n default", false},
+		{agent, "get validatingadmissionpolicies/nodeconfig-agent-own-node", true},
+		{agent, "get validatingadmissionpolicybindings/nodeconfig-agent-own-node", true},
+		{agent, "update validatingadmissionpolicies/nodeconfig-agent-own-node", false},
+		{status, "get validatingadmissionpolicies/nodeconfig-agent-own-node", false},
 		{agent, "delete nodes", false},
 		{agent, "create nodes", false},
 		{agent, "get secrets -A", false},
@@ -187,9 +194,9 @@ func TestDeployInstallsWithLeastPrivilege(t *testing.T) {
 	}
 }
 
-// The admission policy in deploy/ lets statusd write only the Node its
+// The admission policies in deploy/ let statusd write only the Node its
 // token is bound to (RBAC alone cannot say "its own"); checkpointd's token,
-// bound to the same Node, writes none.
+// bound to the same Node, writes only that Node's spec.unschedulable.
 func TestStatusdMayOnlyWriteItsOwnNode(t *testing.T) {
 	root, _ := proc.RepoRoot()
 	if out, err := kubectl(t, "", "apply", "-k", filepath.Join(root, "deploy")); err != nil {
@@ -228,10 +235,33 @@ func TestStatusdMayOnlyWriteItsOwnNode(t *testing.T) {
 	// Of its own Node, only its condition and its annotation.
 	refusedOwn(t, statusd, "own-node")
 
-	// checkpointd, root on the node, may not write its Node at all.
+	// checkpointd, root on the node, may not write its Node's status nor
+	// its metadata; of it, only spec.unschedulable: a drain's cordon.
 	checkpointd := impersonate(t, "system:serviceaccount:nodeconfig-system:nodeconfig-agent", "own-node")
 	if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, "own-node", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status"); !apierrors.IsForbidden(err) {
 		t.Fatalf("checkpointd's own condition and annotation: %v, want Forbidden", err)
+	}
+	cordon := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, "other-node", types.MergePatchType, cordon, metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "only write the Node it runs on") {
+		t.Fatalf("checkpointd cordoned another node: %v", err)
+	}
+	if n, err := checkpointd.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, cordon, metav1.PatchOptions{}); err != nil || !n.Spec.Unschedulable {
+		t.Fatalf("checkpointd could not cordon its own node: %v", err)
+	}
+	if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(`{"spec":{"unschedulable":false}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("checkpointd could not uncordon its own node: %v", err)
+	}
+	for what, p := range map[string]string{
+		"a taint":       `{"spec":{"taints":[{"key":"example.com/evil","effect":"NoSchedule"}]}}`,
+		"its podCIDR":   `{"spec":{"podCIDR":"10.9.0.0/24"}}`,
+		"its provider":  `{"spec":{"providerID":"aws:///us-east-1a/i-0"}}`,
+		"a label":       `{"metadata":{"labels":{"x":"y"}}}`,
+		"an annotation": `{"metadata":{"annotations":{"` + v1alpha1.NodeAnnotationConfigStatus + `":"forged"}}}`,
+		"a finalizer":   `{"metadata":{"finalizers":["example.com/hold"]}}`,
+	} {
+		if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, "own-node", types.MergePatchType, []byte(p), metav1.PatchOptions{}); err == nil || !strings.Contains(err.Error(), "nodeconfig agent may") {
+			t.Errorf("checkpointd changed %s of its own Node: %v", what, err)
+		}
 	}
 
 	// The policy does not depend on the namespace the install is in:

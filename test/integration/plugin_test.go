@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -339,6 +340,93 @@ func TestKubectlPluginAgainstMakeRun(t *testing.T) {
 		}
 	})
 
+	// validate --node: the file's payload judged on each node by its agent,
+	// merged with that node's own files (node-0's base says maxPods 110,
+	// node-1's 250), which the central check never sees; a payload the
+	// central check refuses is not sent; a node that does not exist is an
+	// error.
+	t.Run("validate --node", func(t *testing.T) {
+		check, err := proc.Binary("nodeconfig-kubelet-check")
+		if err != nil {
+			t.Fatal(err)
+		}
+		validate := func(args ...string) (string, string, int) {
+			t.Helper()
+			out, stderr, err := run(append([]string{"validate", "--kubelet-check-binary", check, "--reconciler", makeRunReconciler}, args...)...)
+			t.Logf("$ kubectl nodeconfig validate %s\n%s%s", strings.Join(args, " "), out, stderr)
+			return out, stderr, exitCode(err)
+		}
+		file := func(payload string) string {
+			p := filepath.Join(t.TempDir(), "demo.yaml")
+			doc := "apiVersion: nodeconfig.io/v1alpha1\nkind: NodeConfig\nmetadata: {name: demo}\nspec:\n" +
+				"  nodeSelector: {matchLabels: {nodeconfig.io/demo: \"true\"}}\n  validator: kubelet\n" +
+				"  source: {configMap: {namespace: nodeconfig-demo, name: kubelet-config, key: config.yaml}}\n---\n" +
+				"apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: nodeconfig-demo, name: kubelet-config}\ndata:\n" +
+				"  config.yaml: \"" + strings.ReplaceAll(payload, "\n", `\n`) + "\"\n"
+			if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		header := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+		good := file(header + "registryPullQPS: 9\n")
+		maxPods := regexp.MustCompile(`(?m)^maxPods: (\d+)$`)
+		for n, want := range map[string]string{"node-0": "110", "node-1": "250"} {
+			out, stderr, code := validate("-f", good, "--node", n, "-o", "json")
+			if code != 0 {
+				t.Fatalf("validate --node %s: exit %d: %s", n, code, stderr)
+			}
+			var r struct {
+				Checks []struct {
+					Verdict string `json:"verdict"`
+					Node    *struct {
+						Verdict, Candidate, Diff string
+						Selected                 *bool
+						Merged                   bool
+					} `json:"node"`
+				} `json:"checks"`
+			}
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Checks) != 1 || r.Checks[0].Verdict != "Passed" || r.Checks[0].Node == nil {
+				t.Fatalf("validate --node %s: %s", n, out)
+			}
+			c := r.Checks[0].Node
+			if c.Verdict != "Passed" || !c.Merged || c.Selected == nil || !*c.Selected || !strings.Contains(c.Diff, "+registryPullQPS: 9\n") {
+				t.Errorf("validate --node %s: the node's verdict %+v", n, c)
+			}
+			if m := maxPods.FindStringSubmatch(c.Candidate); m == nil || m[1] != want {
+				t.Errorf("validate --node %s: the merged config has maxPods %v, want %s (the node's base config's):\n%s", n, m, want, c.Candidate)
+			}
+		}
+		if out, _, code := validate("-f", good, "--node", "node-1"); code != 0 || !strings.Contains(out, "validator kubelet: passed\n  on node node-1: passed: its effective config would change:\n") ||
+			!strings.Contains(out, "    +registryPullQPS: 9\n") || !strings.HasSuffix(out, "1 passed, 0 refused, 0 unjudged\n") {
+			t.Errorf("validate --node node-1:\n%s", out)
+		}
+
+		// The central check judges over the kubelet's defaults, with no
+		// host: failCgroupV1 is the node's to judge, against its host's
+		// cgroups (the agents of make run share this machine's).
+		cgroupV1 := file(header + "failCgroupV1: true\n")
+		out, _, code := validate("-f", cgroupV1, "--node", "node-0")
+		if _, statErr := os.Stat("/sys/fs/cgroup/cgroup.controllers"); statErr == nil {
+			if code != 0 || !strings.Contains(out, "  on node node-0: passed") {
+				t.Errorf("failCgroupV1: true on a cgroup v2 host: exit %d, want passed on the node too", code)
+			}
+		} else if code != 1 || !strings.Contains(out, "validator kubelet: passed\n  on node node-0: refused: ") || !strings.Contains(out, "cgroup v1") {
+			t.Errorf("failCgroupV1: true on a cgroup v1 host: exit %d, want passed centrally, refused by the node with the kubelet's words, exit 1", code)
+		}
+
+		bad := file(header + "hairpinMode: bogus\n")
+		if out, _, code := validate("-f", bad, "--node", "node-0"); code != 1 || !strings.Contains(out, `refused: invalid KubeletConfiguration: invalid configuration: option "bogus" specified for hairpinMode`) || strings.Contains(out, "on node") {
+			t.Errorf("validate --node of the bad example: exit %d, want 1, the kubelet's words and no node asked", code)
+		}
+		if _, stderr, code := validate("-f", good, "--node", "node-9"); code != 1 || !strings.Contains(stderr, `error: --node node-9: nodes "node-9" not found`) {
+			t.Errorf("validate --node node-9: exit %d, %q", code, stderr)
+		}
+	})
+
 	t.Run("diff", func(t *testing.T) {
 		conn, err := grpc.NewClient(makeRunReconciler, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
@@ -458,6 +546,18 @@ func TestKubectlPluginAgainstMakeRun(t *testing.T) {
 			}
 		}
 	})
+}
+
+// exitCode is a finished command's exit status (-1: it did not exit).
+func exitCode(err error) int {
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	}
+	return -1
 }
 
 type jsonVersion struct {

@@ -37,6 +37,11 @@ func TestThePoliciesHoldEveryFieldTheyDoNotAllow(t *testing.T) {
 			"metadata": {metav1.ObjectMeta{}, append([]string{"annotations"}, serverSet...)},
 			"status":   {corev1.NodeStatus{}, []string{"conditions"}},
 		}, []string{"spec"}},
+		{"rbac.yaml", "nodeconfig-agent-own-node", map[string]heldFields{
+			"metadata": {metav1.ObjectMeta{}, serverSet},
+			// A drain's cordon.
+			"spec": {corev1.NodeSpec{}, []string{"unschedulable"}},
+		}, []string{"status"}},
 		{"rbac.yaml", "nodeconfig-reconciler-abandon-mark", map[string]heldFields{
 			"metadata": {metav1.ObjectMeta{}, append([]string{"annotations"}, serverSet...)},
 		}, []string{"spec"}},

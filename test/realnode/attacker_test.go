@@ -33,9 +33,10 @@ import (
 // kubelet's directory: statusd's Pod's and checkpointd's. With statusd's
 // they may write their own Node's NodeConfigReady condition and
 // config-status annotation and record Events about it, and nothing else;
-// with checkpointd's, root on the host, not even that. Every attempt is a
-// server-side dry run, so the install is not changed by it. The agent's
-// gRPC port takes only the reconciler's token minted for this node.
+// with checkpointd's, root on the host, only cordon their own Node (a
+// drain's) and evict pods as a drain does. Every attempt is a server-side
+// dry run, so the install is not changed by it. The agent's gRPC port
+// takes only the reconciler's token minted for this node.
 func attackWithTheAgentsTokens(ctx context.Context, t *testing.T) {
 	t.Helper()
 	admin := node.Cluster.Client
@@ -116,6 +117,23 @@ func attackWithTheAgentsTokens(ctx context.Context, t *testing.T) {
 	}
 	if err := event(checkpointd, "default", ownNode); !apierrors.IsForbidden(err) {
 		t.Errorf("checkpointd's token recording an Event about its own Node: %v, want Forbidden", err)
+	}
+	// A drain's cordon: its own Node's, no other's, and nothing else of it.
+	cordon := []byte(`{"spec":{"unschedulable":true}}`)
+	if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, realnode.NodeName, types.MergePatchType, cordon, dry); err != nil {
+		t.Errorf("checkpointd's token cannot cordon its own Node: %v", err)
+	}
+	if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, other.Name, types.MergePatchType, cordon, dry); err == nil {
+		t.Error("checkpointd's token cordoned another Node")
+	}
+	for what, p := range map[string]string{
+		"taints":        `{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}`,
+		"a label":       `{"metadata":{"labels":{"x":"y"}}}`,
+		"an annotation": `{"metadata":{"annotations":{"x":"y"}}}`,
+	} {
+		if _, err := checkpointd.CoreV1().Nodes().Patch(ctx, realnode.NodeName, types.MergePatchType, []byte(p), dry); err == nil {
+			t.Errorf("checkpointd's token changed %s of its Node", what)
+		}
 	}
 
 	// Neither token reads secrets or the config of other NodeConfigs, nor

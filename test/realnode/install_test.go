@@ -172,6 +172,7 @@ func TestInstallAsTheReadmeSaysOnARealKubelet(t *testing.T) {
 	readmeStatusAndIncident(ctx, t, work)
 	// The power cut restarted every container once: counted from here.
 	restartsAfterBoot := containerRestarts(ctx, t)
+	disruptionByField(ctx, t, work)
 
 	// Deleting the NodeConfig resets the node: no drop-in, the base config.
 	runReadmeCommand(ctx, t, work, "kubectl delete nodeconfig workers --wait=true --timeout=2m")
@@ -260,19 +261,7 @@ func waitPodsReady(ctx context.Context, t *testing.T, selector string, want int)
 
 func waitStatus(ctx context.Context, t *testing.T, what string, check func(corev1.NodeConfigStatus, *corev1.NodeCondition) bool) {
 	t.Helper()
-	var last string
-	err := proc.WaitFor(2*time.Minute, func() (bool, error) {
-		st, c, err := nodeview.Read(ctx, node.Cluster.Client, realnode.NodeName)
-		if err != nil {
-			return false, err
-		}
-		last = fmt.Sprintf("%+v %s/%s %q", st, c.Status, c.Reason, c.Message)
-		return check(st, c), nil
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v (last: %s)\n%s", what, err, last, diagnose(ctx))
-	}
-	t.Logf("node is %s: %s", what, last)
+	waitStatusWithin(ctx, t, 2*time.Minute, what, check)
 }
 
 // waitKubeletMaxPods waits until the running kubelet uses maxPods, as it

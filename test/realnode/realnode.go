@@ -505,10 +505,12 @@ func procsWith(words ...string) ([]int, error) {
 func (n *Node) startControllers(kcm, scheduler string) error {
 	var err error
 	kubeconfig := n.Cluster.Kubeconfig
+	// The namespace controller finalizes a deleted namespace (the
+	// uninstall's): without it the namespace stays Terminating for ever.
 	n.ControllerManager, err = proc.Start("kube-controller-manager", kcm, []string{
 		"--kubeconfig", kubeconfig, "--leader-elect=false",
 		"--bind-address", "127.0.0.1", "--secure-port", "0",
-		"--controllers", "daemonset-controller,deployment-controller,replicaset-controller,garbage-collector-controller,node-lifecycle-controller,serviceaccount-controller,root-ca-certificate-publisher-controller,disruption-controller",
+		"--controllers", "daemonset-controller,deployment-controller,replicaset-controller,garbage-collector-controller,node-lifecycle-controller,serviceaccount-controller,root-ca-certificate-publisher-controller,disruption-controller,namespace-controller",
 		"--root-ca-file", n.Cluster.CAFile(),
 		"--service-account-private-key-file", n.Cluster.ServiceAccountKeyFile(),
 		"--v", "1",

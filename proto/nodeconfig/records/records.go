@@ -69,6 +69,18 @@ const (
 	// none, and says the flag to add. It clears the error itself once the
 	// kubelet has one and the drop-in is in place.
 	ReasonKubeletNoConfigDir = "KubeletNoConfigDir"
+
+	// ReasonDrainFailed is the early error of a node whose drain before a
+	// change (a kubelet field that needs one, or the NodeConfig's
+	// spec.rollout.drain) did not finish within its bound: its message
+	// names the pods left. The node is uncordoned, its kubelet not
+	// restarted, nothing rolled back; the drain is tried again later.
+	ReasonDrainFailed = "DrainFailed"
+
+	// ReasonChangeRefused is the late error of a config that changes a
+	// kubelet field the agent refuses to change on a running node (the
+	// cgroup layout: docs/disruption.md): nothing is written.
+	ReasonChangeRefused = "ChangeRefused"
 )
 
 // NodeClears reports whether an early error of reason is checkpointd's

@@ -36,6 +36,10 @@ const (
 	// ACTIVATE_OUTCOME_NOTHING_ASSIGNED: no config is assigned; the local
 	// default is in use.
 	ActivateOutcome_ACTIVATE_OUTCOME_NOTHING_ASSIGNED ActivateOutcome = 3
+	// ACTIVATE_OUTCOME_DRAINING: the change needs a drain first: the node
+	// drains, and activates the config by itself once it is drained (the
+	// records' drain says how far it is). Nothing is written yet.
+	ActivateOutcome_ACTIVATE_OUTCOME_DRAINING ActivateOutcome = 4
 )
 
 // Enum value maps for ActivateOutcome.
@@ -45,12 +49,14 @@ var (
 		1: "ACTIVATE_OUTCOME_ACTIVATED",
 		2: "ACTIVATE_OUTCOME_ROLLED_BACK",
 		3: "ACTIVATE_OUTCOME_NOTHING_ASSIGNED",
+		4: "ACTIVATE_OUTCOME_DRAINING",
 	}
 	ActivateOutcome_value = map[string]int32{
 		"ACTIVATE_OUTCOME_UNSPECIFIED":      0,
 		"ACTIVATE_OUTCOME_ACTIVATED":        1,
 		"ACTIVATE_OUTCOME_ROLLED_BACK":      2,
 		"ACTIVATE_OUTCOME_NOTHING_ASSIGNED": 3,
+		"ACTIVATE_OUTCOME_DRAINING":         4,
 	}
 )
 
@@ -646,7 +652,10 @@ type SetAssignedRequest struct {
 	// the node says which NodeConfig it follows whoever leads the reconcilers).
 	NodeConfig string `protobuf:"bytes,4,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
 	// health names the gates beyond the node's default that judge the trial.
-	Health        *HealthGates `protobuf:"bytes,5,opt,name=health,proto3" json:"health,omitempty"`
+	Health *HealthGates `protobuf:"bytes,5,opt,name=health,proto3" json:"health,omitempty"`
+	// drain says when the node is drained before the change (unset: only
+	// when a changed field needs it).
+	Drain         *DrainPolicy `protobuf:"bytes,6,opt,name=drain,proto3" json:"drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -712,6 +721,13 @@ func (x *SetAssignedRequest) GetNodeConfig() string {
 func (x *SetAssignedRequest) GetHealth() *HealthGates {
 	if x != nil {
 		return x.Health
+	}
+	return nil
+}
+
+func (x *SetAssignedRequest) GetDrain() *DrainPolicy {
+	if x != nil {
+		return x.Drain
 	}
 	return nil
 }
@@ -1495,14 +1511,15 @@ const file_nodeconfig_v1_checkpoint_proto_rawDesc = "" +
 	"\x18DeleteCheckpointResponse\"\x13\n" +
 	"\x11GetRecordsRequest\"F\n" +
 	"\x12GetRecordsResponse\x120\n" +
-	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\xf9\x01\n" +
+	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\xab\x02\n" +
 	"\x12SetAssignedRequest\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x12!\n" +
 	"\fsoak_seconds\x18\x02 \x01(\x03R\vsoakSeconds\x126\n" +
 	"\tvalidator\x18\x03 \x01(\x0e2\x18.nodeconfig.v1.ValidatorR\tvalidator\x12\x1f\n" +
 	"\vnode_config\x18\x04 \x01(\tR\n" +
 	"nodeConfig\x122\n" +
-	"\x06health\x18\x05 \x01(\v2\x1a.nodeconfig.v1.HealthGatesR\x06health\"G\n" +
+	"\x06health\x18\x05 \x01(\v2\x1a.nodeconfig.v1.HealthGatesR\x06health\x120\n" +
+	"\x05drain\x18\x06 \x01(\v2\x1a.nodeconfig.v1.DrainPolicyR\x05drain\"G\n" +
 	"\x13SetAssignedResponse\x120\n" +
 	"\arecords\x18\x01 \x01(\v2\x16.nodeconfig.v1.RecordsR\arecords\"\x11\n" +
 	"\x0fActivateRequest\"~\n" +
@@ -1537,12 +1554,13 @@ const file_nodeconfig_v1_checkpoint_proto_rawDesc = "" +
 	"\acurrent\x18\x02 \x01(\tR\acurrent\x12\x1c\n" +
 	"\tcandidate\x18\x03 \x01(\tR\tcandidate\x12\x18\n" +
 	"\arefused\x18\x04 \x01(\tR\arefused\x12\x16\n" +
-	"\x06merged\x18\x05 \x01(\bR\x06merged*\x9c\x01\n" +
+	"\x06merged\x18\x05 \x01(\bR\x06merged*\xbb\x01\n" +
 	"\x0fActivateOutcome\x12 \n" +
 	"\x1cACTIVATE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aACTIVATE_OUTCOME_ACTIVATED\x10\x01\x12 \n" +
 	"\x1cACTIVATE_OUTCOME_ROLLED_BACK\x10\x02\x12%\n" +
-	"!ACTIVATE_OUTCOME_NOTHING_ASSIGNED\x10\x032\x97\t\n" +
+	"!ACTIVATE_OUTCOME_NOTHING_ASSIGNED\x10\x03\x12\x1d\n" +
+	"\x19ACTIVATE_OUTCOME_DRAINING\x10\x042\x97\t\n" +
 	"\x11CheckpointService\x12Z\n" +
 	"\rPutCheckpoint\x12#.nodeconfig.v1.PutCheckpointRequest\x1a$.nodeconfig.v1.PutCheckpointResponse\x12Z\n" +
 	"\rGetCheckpoint\x12#.nodeconfig.v1.GetCheckpointRequest\x1a$.nodeconfig.v1.GetCheckpointResponse\x12`\n" +
@@ -1609,7 +1627,8 @@ var file_nodeconfig_v1_checkpoint_proto_goTypes = []any{
 	(*Records)(nil),                      // 32: nodeconfig.v1.Records
 	(Validator)(0),                       // 33: nodeconfig.v1.Validator
 	(*HealthGates)(nil),                  // 34: nodeconfig.v1.HealthGates
-	(*ConfigError)(nil),                  // 35: nodeconfig.v1.ConfigError
+	(*DrainPolicy)(nil),                  // 35: nodeconfig.v1.DrainPolicy
+	(*ConfigError)(nil),                  // 36: nodeconfig.v1.ConfigError
 }
 var file_nodeconfig_v1_checkpoint_proto_depIdxs = []int32{
 	30, // 0: nodeconfig.v1.CheckpointInfo.source:type_name -> nodeconfig.v1.ConfigSource
@@ -1624,47 +1643,48 @@ var file_nodeconfig_v1_checkpoint_proto_depIdxs = []int32{
 	30, // 9: nodeconfig.v1.SetAssignedRequest.source:type_name -> nodeconfig.v1.ConfigSource
 	33, // 10: nodeconfig.v1.SetAssignedRequest.validator:type_name -> nodeconfig.v1.Validator
 	34, // 11: nodeconfig.v1.SetAssignedRequest.health:type_name -> nodeconfig.v1.HealthGates
-	32, // 12: nodeconfig.v1.SetAssignedResponse.records:type_name -> nodeconfig.v1.Records
-	0,  // 13: nodeconfig.v1.ActivateResponse.outcome:type_name -> nodeconfig.v1.ActivateOutcome
-	32, // 14: nodeconfig.v1.ActivateResponse.records:type_name -> nodeconfig.v1.Records
-	30, // 15: nodeconfig.v1.PromoteLastKnownGoodRequest.source:type_name -> nodeconfig.v1.ConfigSource
-	32, // 16: nodeconfig.v1.PromoteLastKnownGoodResponse.records:type_name -> nodeconfig.v1.Records
-	35, // 17: nodeconfig.v1.SetErrorRequest.error:type_name -> nodeconfig.v1.ConfigError
-	32, // 18: nodeconfig.v1.SetErrorResponse.records:type_name -> nodeconfig.v1.Records
-	32, // 19: nodeconfig.v1.ResetResponse.records:type_name -> nodeconfig.v1.Records
-	32, // 20: nodeconfig.v1.WatchRecordsResponse.records:type_name -> nodeconfig.v1.Records
-	33, // 21: nodeconfig.v1.PreviewConfigRequest.validator:type_name -> nodeconfig.v1.Validator
-	2,  // 22: nodeconfig.v1.CheckpointService.PutCheckpoint:input_type -> nodeconfig.v1.PutCheckpointRequest
-	4,  // 23: nodeconfig.v1.CheckpointService.GetCheckpoint:input_type -> nodeconfig.v1.GetCheckpointRequest
-	6,  // 24: nodeconfig.v1.CheckpointService.ListCheckpoints:input_type -> nodeconfig.v1.ListCheckpointsRequest
-	8,  // 25: nodeconfig.v1.CheckpointService.DeleteCheckpoint:input_type -> nodeconfig.v1.DeleteCheckpointRequest
-	10, // 26: nodeconfig.v1.CheckpointService.GetRecords:input_type -> nodeconfig.v1.GetRecordsRequest
-	12, // 27: nodeconfig.v1.CheckpointService.SetAssigned:input_type -> nodeconfig.v1.SetAssignedRequest
-	14, // 28: nodeconfig.v1.CheckpointService.Activate:input_type -> nodeconfig.v1.ActivateRequest
-	16, // 29: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:input_type -> nodeconfig.v1.PromoteLastKnownGoodRequest
-	18, // 30: nodeconfig.v1.CheckpointService.SetError:input_type -> nodeconfig.v1.SetErrorRequest
-	20, // 31: nodeconfig.v1.CheckpointService.Reset:input_type -> nodeconfig.v1.ResetRequest
-	22, // 32: nodeconfig.v1.CheckpointService.RepairDrift:input_type -> nodeconfig.v1.RepairDriftRequest
-	24, // 33: nodeconfig.v1.CheckpointService.WatchRecords:input_type -> nodeconfig.v1.WatchRecordsRequest
-	26, // 34: nodeconfig.v1.CheckpointService.PreviewConfig:input_type -> nodeconfig.v1.PreviewConfigRequest
-	3,  // 35: nodeconfig.v1.CheckpointService.PutCheckpoint:output_type -> nodeconfig.v1.PutCheckpointResponse
-	5,  // 36: nodeconfig.v1.CheckpointService.GetCheckpoint:output_type -> nodeconfig.v1.GetCheckpointResponse
-	7,  // 37: nodeconfig.v1.CheckpointService.ListCheckpoints:output_type -> nodeconfig.v1.ListCheckpointsResponse
-	9,  // 38: nodeconfig.v1.CheckpointService.DeleteCheckpoint:output_type -> nodeconfig.v1.DeleteCheckpointResponse
-	11, // 39: nodeconfig.v1.CheckpointService.GetRecords:output_type -> nodeconfig.v1.GetRecordsResponse
-	13, // 40: nodeconfig.v1.CheckpointService.SetAssigned:output_type -> nodeconfig.v1.SetAssignedResponse
-	15, // 41: nodeconfig.v1.CheckpointService.Activate:output_type -> nodeconfig.v1.ActivateResponse
-	17, // 42: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:output_type -> nodeconfig.v1.PromoteLastKnownGoodResponse
-	19, // 43: nodeconfig.v1.CheckpointService.SetError:output_type -> nodeconfig.v1.SetErrorResponse
-	21, // 44: nodeconfig.v1.CheckpointService.Reset:output_type -> nodeconfig.v1.ResetResponse
-	23, // 45: nodeconfig.v1.CheckpointService.RepairDrift:output_type -> nodeconfig.v1.RepairDriftResponse
-	25, // 46: nodeconfig.v1.CheckpointService.WatchRecords:output_type -> nodeconfig.v1.WatchRecordsResponse
-	27, // 47: nodeconfig.v1.CheckpointService.PreviewConfig:output_type -> nodeconfig.v1.PreviewConfigResponse
-	35, // [35:48] is the sub-list for method output_type
-	22, // [22:35] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	35, // 12: nodeconfig.v1.SetAssignedRequest.drain:type_name -> nodeconfig.v1.DrainPolicy
+	32, // 13: nodeconfig.v1.SetAssignedResponse.records:type_name -> nodeconfig.v1.Records
+	0,  // 14: nodeconfig.v1.ActivateResponse.outcome:type_name -> nodeconfig.v1.ActivateOutcome
+	32, // 15: nodeconfig.v1.ActivateResponse.records:type_name -> nodeconfig.v1.Records
+	30, // 16: nodeconfig.v1.PromoteLastKnownGoodRequest.source:type_name -> nodeconfig.v1.ConfigSource
+	32, // 17: nodeconfig.v1.PromoteLastKnownGoodResponse.records:type_name -> nodeconfig.v1.Records
+	36, // 18: nodeconfig.v1.SetErrorRequest.error:type_name -> nodeconfig.v1.ConfigError
+	32, // 19: nodeconfig.v1.SetErrorResponse.records:type_name -> nodeconfig.v1.Records
+	32, // 20: nodeconfig.v1.ResetResponse.records:type_name -> nodeconfig.v1.Records
+	32, // 21: nodeconfig.v1.WatchRecordsResponse.records:type_name -> nodeconfig.v1.Records
+	33, // 22: nodeconfig.v1.PreviewConfigRequest.validator:type_name -> nodeconfig.v1.Validator
+	2,  // 23: nodeconfig.v1.CheckpointService.PutCheckpoint:input_type -> nodeconfig.v1.PutCheckpointRequest
+	4,  // 24: nodeconfig.v1.CheckpointService.GetCheckpoint:input_type -> nodeconfig.v1.GetCheckpointRequest
+	6,  // 25: nodeconfig.v1.CheckpointService.ListCheckpoints:input_type -> nodeconfig.v1.ListCheckpointsRequest
+	8,  // 26: nodeconfig.v1.CheckpointService.DeleteCheckpoint:input_type -> nodeconfig.v1.DeleteCheckpointRequest
+	10, // 27: nodeconfig.v1.CheckpointService.GetRecords:input_type -> nodeconfig.v1.GetRecordsRequest
+	12, // 28: nodeconfig.v1.CheckpointService.SetAssigned:input_type -> nodeconfig.v1.SetAssignedRequest
+	14, // 29: nodeconfig.v1.CheckpointService.Activate:input_type -> nodeconfig.v1.ActivateRequest
+	16, // 30: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:input_type -> nodeconfig.v1.PromoteLastKnownGoodRequest
+	18, // 31: nodeconfig.v1.CheckpointService.SetError:input_type -> nodeconfig.v1.SetErrorRequest
+	20, // 32: nodeconfig.v1.CheckpointService.Reset:input_type -> nodeconfig.v1.ResetRequest
+	22, // 33: nodeconfig.v1.CheckpointService.RepairDrift:input_type -> nodeconfig.v1.RepairDriftRequest
+	24, // 34: nodeconfig.v1.CheckpointService.WatchRecords:input_type -> nodeconfig.v1.WatchRecordsRequest
+	26, // 35: nodeconfig.v1.CheckpointService.PreviewConfig:input_type -> nodeconfig.v1.PreviewConfigRequest
+	3,  // 36: nodeconfig.v1.CheckpointService.PutCheckpoint:output_type -> nodeconfig.v1.PutCheckpointResponse
+	5,  // 37: nodeconfig.v1.CheckpointService.GetCheckpoint:output_type -> nodeconfig.v1.GetCheckpointResponse
+	7,  // 38: nodeconfig.v1.CheckpointService.ListCheckpoints:output_type -> nodeconfig.v1.ListCheckpointsResponse
+	9,  // 39: nodeconfig.v1.CheckpointService.DeleteCheckpoint:output_type -> nodeconfig.v1.DeleteCheckpointResponse
+	11, // 40: nodeconfig.v1.CheckpointService.GetRecords:output_type -> nodeconfig.v1.GetRecordsResponse
+	13, // 41: nodeconfig.v1.CheckpointService.SetAssigned:output_type -> nodeconfig.v1.SetAssignedResponse
+	15, // 42: nodeconfig.v1.CheckpointService.Activate:output_type -> nodeconfig.v1.ActivateResponse
+	17, // 43: nodeconfig.v1.CheckpointService.PromoteLastKnownGood:output_type -> nodeconfig.v1.PromoteLastKnownGoodResponse
+	19, // 44: nodeconfig.v1.CheckpointService.SetError:output_type -> nodeconfig.v1.SetErrorResponse
+	21, // 45: nodeconfig.v1.CheckpointService.Reset:output_type -> nodeconfig.v1.ResetResponse
+	23, // 46: nodeconfig.v1.CheckpointService.RepairDrift:output_type -> nodeconfig.v1.RepairDriftResponse
+	25, // 47: nodeconfig.v1.CheckpointService.WatchRecords:output_type -> nodeconfig.v1.WatchRecordsResponse
+	27, // 48: nodeconfig.v1.CheckpointService.PreviewConfig:output_type -> nodeconfig.v1.PreviewConfigResponse
+	36, // [36:49] is the sub-list for method output_type
+	23, // [23:36] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_checkpoint_proto_init() }

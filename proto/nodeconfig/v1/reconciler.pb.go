@@ -515,7 +515,12 @@ func (x *ResyncResponse) GetSyncsStarted() uint64 {
 type PreviewNodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// node_name of the Node.
-	NodeName      string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	NodeName string `protobuf:"bytes,1,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
+	// candidate, when set, is previewed in the place of the config the
+	// node's NodeConfig wants: a drop-in that is in no ConfigMap yet (kubectl
+	// nodeconfig validate --node). Its payload is at most 1 MiB, as a
+	// ConfigMap's.
+	Candidate     *PreviewConfigRequest `protobuf:"bytes,2,opt,name=candidate,proto3" json:"candidate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -557,6 +562,13 @@ func (x *PreviewNodeRequest) GetNodeName() string {
 	return ""
 }
 
+func (x *PreviewNodeRequest) GetCandidate() *PreviewConfigRequest {
+	if x != nil {
+		return x.Candidate
+	}
+	return nil
+}
+
 // PreviewNodeResponse is the desired config and what the node says of it.
 type PreviewNodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -568,7 +580,11 @@ type PreviewNodeResponse struct {
 	// payload is the desired file as the node would be given it.
 	Payload []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
 	// preview is the node's answer.
-	Preview       *PreviewConfigResponse `protobuf:"bytes,4,opt,name=preview,proto3" json:"preview,omitempty"`
+	Preview *PreviewConfigResponse `protobuf:"bytes,4,opt,name=preview,proto3" json:"preview,omitempty"`
+	// candidate is true when the preview is of the request's candidate (a
+	// reconciler that predates it leaves it false and previews the desired
+	// config).
+	Candidate     bool `protobuf:"varint,5,opt,name=candidate,proto3" json:"candidate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -631,6 +647,13 @@ func (x *PreviewNodeResponse) GetPreview() *PreviewConfigResponse {
 	return nil
 }
 
+func (x *PreviewNodeResponse) GetCandidate() bool {
+	if x != nil {
+		return x.Candidate
+	}
+	return false
+}
+
 var File_nodeconfig_v1_reconciler_proto protoreflect.FileDescriptor
 
 const file_nodeconfig_v1_reconciler_proto_rawDesc = "" +
@@ -660,15 +683,17 @@ const file_nodeconfig_v1_reconciler_proto_rawDesc = "" +
 	"\rResyncRequest\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\"5\n" +
 	"\x0eResyncResponse\x12#\n" +
-	"\rsyncs_started\x18\x01 \x01(\x04R\fsyncsStarted\"1\n" +
+	"\rsyncs_started\x18\x01 \x01(\x04R\fsyncsStarted\"t\n" +
 	"\x12PreviewNodeRequest\x12\x1b\n" +
-	"\tnode_name\x18\x01 \x01(\tR\bnodeName\"\xc5\x01\n" +
+	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12A\n" +
+	"\tcandidate\x18\x02 \x01(\v2#.nodeconfig.v1.PreviewConfigRequestR\tcandidate\"\xe3\x01\n" +
 	"\x13PreviewNodeResponse\x12\x1f\n" +
 	"\vnode_config\x18\x01 \x01(\tR\n" +
 	"nodeConfig\x123\n" +
 	"\x06source\x18\x02 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12>\n" +
-	"\apreview\x18\x04 \x01(\v2$.nodeconfig.v1.PreviewConfigResponseR\apreview*\xa2\x02\n" +
+	"\apreview\x18\x04 \x01(\v2$.nodeconfig.v1.PreviewConfigResponseR\apreview\x12\x1c\n" +
+	"\tcandidate\x18\x05 \x01(\bR\tcandidate*\xa2\x02\n" +
 	"\x0eLifecycleState\x12\x1f\n" +
 	"\x1bLIFECYCLE_STATE_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dLIFECYCLE_STATE_LOCAL_DEFAULT\x10\x01\x12\x1b\n" +
@@ -713,8 +738,9 @@ var file_nodeconfig_v1_reconciler_proto_goTypes = []any{
 	(*NodeConfigStatus)(nil),      // 10: nodeconfig.v1.NodeConfigStatus
 	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
 	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
-	(*ConfigSource)(nil),          // 13: nodeconfig.v1.ConfigSource
-	(*PreviewConfigResponse)(nil), // 14: nodeconfig.v1.PreviewConfigResponse
+	(*PreviewConfigRequest)(nil),  // 13: nodeconfig.v1.PreviewConfigRequest
+	(*ConfigSource)(nil),          // 14: nodeconfig.v1.ConfigSource
+	(*PreviewConfigResponse)(nil), // 15: nodeconfig.v1.PreviewConfigResponse
 }
 var file_nodeconfig_v1_reconciler_proto_depIdxs = []int32{
 	0,  // 0: nodeconfig.v1.NodeState.state:type_name -> nodeconfig.v1.LifecycleState
@@ -724,21 +750,22 @@ var file_nodeconfig_v1_reconciler_proto_depIdxs = []int32{
 	12, // 4: nodeconfig.v1.NodeState.soak_ends_time:type_name -> google.protobuf.Timestamp
 	1,  // 5: nodeconfig.v1.ListNodesResponse.nodes:type_name -> nodeconfig.v1.NodeState
 	1,  // 6: nodeconfig.v1.GetNodeResponse.node:type_name -> nodeconfig.v1.NodeState
-	13, // 7: nodeconfig.v1.PreviewNodeResponse.source:type_name -> nodeconfig.v1.ConfigSource
-	14, // 8: nodeconfig.v1.PreviewNodeResponse.preview:type_name -> nodeconfig.v1.PreviewConfigResponse
-	2,  // 9: nodeconfig.v1.ReconcilerService.ListNodes:input_type -> nodeconfig.v1.ListNodesRequest
-	4,  // 10: nodeconfig.v1.ReconcilerService.GetNode:input_type -> nodeconfig.v1.GetNodeRequest
-	6,  // 11: nodeconfig.v1.ReconcilerService.Resync:input_type -> nodeconfig.v1.ResyncRequest
-	8,  // 12: nodeconfig.v1.ReconcilerService.PreviewNode:input_type -> nodeconfig.v1.PreviewNodeRequest
-	3,  // 13: nodeconfig.v1.ReconcilerService.ListNodes:output_type -> nodeconfig.v1.ListNodesResponse
-	5,  // 14: nodeconfig.v1.ReconcilerService.GetNode:output_type -> nodeconfig.v1.GetNodeResponse
-	7,  // 15: nodeconfig.v1.ReconcilerService.Resync:output_type -> nodeconfig.v1.ResyncResponse
-	9,  // 16: nodeconfig.v1.ReconcilerService.PreviewNode:output_type -> nodeconfig.v1.PreviewNodeResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	13, // 7: nodeconfig.v1.PreviewNodeRequest.candidate:type_name -> nodeconfig.v1.PreviewConfigRequest
+	14, // 8: nodeconfig.v1.PreviewNodeResponse.source:type_name -> nodeconfig.v1.ConfigSource
+	15, // 9: nodeconfig.v1.PreviewNodeResponse.preview:type_name -> nodeconfig.v1.PreviewConfigResponse
+	2,  // 10: nodeconfig.v1.ReconcilerService.ListNodes:input_type -> nodeconfig.v1.ListNodesRequest
+	4,  // 11: nodeconfig.v1.ReconcilerService.GetNode:input_type -> nodeconfig.v1.GetNodeRequest
+	6,  // 12: nodeconfig.v1.ReconcilerService.Resync:input_type -> nodeconfig.v1.ResyncRequest
+	8,  // 13: nodeconfig.v1.ReconcilerService.PreviewNode:input_type -> nodeconfig.v1.PreviewNodeRequest
+	3,  // 14: nodeconfig.v1.ReconcilerService.ListNodes:output_type -> nodeconfig.v1.ListNodesResponse
+	5,  // 15: nodeconfig.v1.ReconcilerService.GetNode:output_type -> nodeconfig.v1.GetNodeResponse
+	7,  // 16: nodeconfig.v1.ReconcilerService.Resync:output_type -> nodeconfig.v1.ResyncResponse
+	9,  // 17: nodeconfig.v1.ReconcilerService.PreviewNode:output_type -> nodeconfig.v1.PreviewNodeResponse
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_reconciler_proto_init() }

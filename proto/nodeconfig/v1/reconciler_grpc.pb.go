@@ -39,8 +39,8 @@ type ReconcilerServiceClient interface {
 	// Resync reconciles a node now, ignoring its backoff.
 	Resync(ctx context.Context, in *ResyncRequest, opts ...grpc.CallOption) (*ResyncResponse, error)
 	// PreviewNode shows what the node would run with the config its
-	// NodeConfig wants for it, merged on the node with its own files, before
-	// the node is given it.
+	// NodeConfig wants for it, or with a candidate given, merged on the node
+	// with its own files, before the node is given it.
 	PreviewNode(ctx context.Context, in *PreviewNodeRequest, opts ...grpc.CallOption) (*PreviewNodeResponse, error)
 }
 
@@ -106,8 +106,8 @@ type ReconcilerServiceServer interface {
 	// Resync reconciles a node now, ignoring its backoff.
 	Resync(context.Context, *ResyncRequest) (*ResyncResponse, error)
 	// PreviewNode shows what the node would run with the config its
-	// NodeConfig wants for it, merged on the node with its own files, before
-	// the node is given it.
+	// NodeConfig wants for it, or with a candidate given, merged on the node
+	// with its own files, before the node is given it.
 	PreviewNode(context.Context, *PreviewNodeRequest) (*PreviewNodeResponse, error)
 	mustEmbedUnimplementedReconcilerServiceServer()
 }

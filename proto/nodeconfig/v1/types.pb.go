@@ -144,6 +144,60 @@ func (ErrorPhase) EnumDescriptor() ([]byte, []int) {
 	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{1}
 }
 
+// DrainPhase is where a drain is.
+type DrainPhase int32
+
+const (
+	DrainPhase_DRAIN_PHASE_UNSPECIFIED DrainPhase = 0
+	// The node is cordoned and its pods are being evicted; nothing is
+	// written yet.
+	DrainPhase_DRAIN_PHASE_DRAINING DrainPhase = 1
+	// The pods are gone: the change is activated, and the node is
+	// uncordoned once the kubelet is healthy on what is active.
+	DrainPhase_DRAIN_PHASE_DRAINED DrainPhase = 2
+)
+
+// Enum value maps for DrainPhase.
+var (
+	DrainPhase_name = map[int32]string{
+		0: "DRAIN_PHASE_UNSPECIFIED",
+		1: "DRAIN_PHASE_DRAINING",
+		2: "DRAIN_PHASE_DRAINED",
+	}
+	DrainPhase_value = map[string]int32{
+		"DRAIN_PHASE_UNSPECIFIED": 0,
+		"DRAIN_PHASE_DRAINING":    1,
+		"DRAIN_PHASE_DRAINED":     2,
+	}
+)
+
+func (x DrainPhase) Enum() *DrainPhase {
+	p := new(DrainPhase)
+	*p = x
+	return p
+}
+
+func (x DrainPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DrainPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_nodeconfig_v1_types_proto_enumTypes[2].Descriptor()
+}
+
+func (DrainPhase) Type() protoreflect.EnumType {
+	return &file_nodeconfig_v1_types_proto_enumTypes[2]
+}
+
+func (x DrainPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DrainPhase.Descriptor instead.
+func (DrainPhase) EnumDescriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{2}
+}
+
 // ConsumerPhase is where the consumer is with the active config.
 type ConsumerPhase int32
 
@@ -188,11 +242,11 @@ func (x ConsumerPhase) String() string {
 }
 
 func (ConsumerPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_nodeconfig_v1_types_proto_enumTypes[2].Descriptor()
+	return file_nodeconfig_v1_types_proto_enumTypes[3].Descriptor()
 }
 
 func (ConsumerPhase) Type() protoreflect.EnumType {
-	return &file_nodeconfig_v1_types_proto_enumTypes[2]
+	return &file_nodeconfig_v1_types_proto_enumTypes[3]
 }
 
 func (x ConsumerPhase) Number() protoreflect.EnumNumber {
@@ -201,7 +255,7 @@ func (x ConsumerPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConsumerPhase.Descriptor instead.
 func (ConsumerPhase) EnumDescriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 // ConfigSource pins one key of one exact version of a ConfigMap. A source is
@@ -373,7 +427,11 @@ type AssignedRecord struct {
 	NodeConfig string `protobuf:"bytes,5,opt,name=node_config,json=nodeConfig,proto3" json:"node_config,omitempty"`
 	// health names the gates the node judges through the soak beyond its
 	// default (the Node Ready and free of pressure, its pods Ready again).
-	Health        *HealthGates `protobuf:"bytes,6,opt,name=health,proto3" json:"health,omitempty"`
+	Health *HealthGates `protobuf:"bytes,6,opt,name=health,proto3" json:"health,omitempty"`
+	// drain says when the node is drained before its kubelet restarts onto
+	// the config, and how long a drain may take (unset: only when a changed
+	// field needs it, within the default bound).
+	Drain         *DrainPolicy `protobuf:"bytes,7,opt,name=drain,proto3" json:"drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,6 +508,70 @@ func (x *AssignedRecord) GetHealth() *HealthGates {
 	return nil
 }
 
+func (x *AssignedRecord) GetDrain() *DrainPolicy {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
+// DrainPolicy is a NodeConfig's word on drains.
+type DrainPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// always drains the node before every restart of a change, not only
+	// when a changed field needs it.
+	Always bool `protobuf:"varint,1,opt,name=always,proto3" json:"always,omitempty"`
+	// timeout_seconds bounds a drain (0: the agent's default): one that
+	// cannot finish within it is an early error that names the pods left.
+	TimeoutSeconds int64 `protobuf:"varint,2,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DrainPolicy) Reset() {
+	*x = DrainPolicy{}
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainPolicy) ProtoMessage() {}
+
+func (x *DrainPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainPolicy.ProtoReflect.Descriptor instead.
+func (*DrainPolicy) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DrainPolicy) GetAlways() bool {
+	if x != nil {
+		return x.Always
+	}
+	return false
+}
+
+func (x *DrainPolicy) GetTimeoutSeconds() int64 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
 // HealthGates are what a NodeConfig asks of a node through each soak, beyond
 // the default gate.
 type HealthGates struct {
@@ -467,7 +589,7 @@ type HealthGates struct {
 
 func (x *HealthGates) Reset() {
 	*x = HealthGates{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[3]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +601,7 @@ func (x *HealthGates) String() string {
 func (*HealthGates) ProtoMessage() {}
 
 func (x *HealthGates) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[3]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +614,7 @@ func (x *HealthGates) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthGates.ProtoReflect.Descriptor instead.
 func (*HealthGates) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HealthGates) GetConditions() []*NodeConditionGate {
@@ -528,7 +650,7 @@ type NodeConditionGate struct {
 
 func (x *NodeConditionGate) Reset() {
 	*x = NodeConditionGate{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[4]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +662,7 @@ func (x *NodeConditionGate) String() string {
 func (*NodeConditionGate) ProtoMessage() {}
 
 func (x *NodeConditionGate) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[4]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +675,7 @@ func (x *NodeConditionGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConditionGate.ProtoReflect.Descriptor instead.
 func (*NodeConditionGate) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeConditionGate) GetType() string {
@@ -582,7 +704,7 @@ type PrometheusGate struct {
 
 func (x *PrometheusGate) Reset() {
 	*x = PrometheusGate{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[5]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +716,7 @@ func (x *PrometheusGate) String() string {
 func (*PrometheusGate) ProtoMessage() {}
 
 func (x *PrometheusGate) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[5]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +729,7 @@ func (x *PrometheusGate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrometheusGate.ProtoReflect.Descriptor instead.
 func (*PrometheusGate) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PrometheusGate) GetUrl() string {
@@ -637,7 +759,7 @@ type SourceRecord struct {
 
 func (x *SourceRecord) Reset() {
 	*x = SourceRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +771,7 @@ func (x *SourceRecord) String() string {
 func (*SourceRecord) ProtoMessage() {}
 
 func (x *SourceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[6]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +784,7 @@ func (x *SourceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceRecord.ProtoReflect.Descriptor instead.
 func (*SourceRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SourceRecord) GetSource() *ConfigSource {
@@ -692,7 +814,7 @@ type ErrorRecord struct {
 
 func (x *ErrorRecord) Reset() {
 	*x = ErrorRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +826,7 @@ func (x *ErrorRecord) String() string {
 func (*ErrorRecord) ProtoMessage() {}
 
 func (x *ErrorRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[7]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +839,7 @@ func (x *ErrorRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorRecord.ProtoReflect.Descriptor instead.
 func (*ErrorRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ErrorRecord) GetError() *ConfigError {
@@ -760,14 +882,19 @@ type Records struct {
 	// a few kept: the durable mark that no early error, restart or soak edit
 	// erases, so that none of them is activated again. Only a new version or
 	// another validator is judged anew.
-	Failed        []*FailedVersion `protobuf:"bytes,8,rep,name=failed,proto3" json:"failed,omitempty"`
+	Failed []*FailedVersion `protobuf:"bytes,8,rep,name=failed,proto3" json:"failed,omitempty"`
+	// drain is the agent's drain of its node for a change of assigned: set
+	// from the drain's start until the kubelet is healthy on the change (or
+	// the drain failed), so that an agent that starts again resumes it and
+	// uncordons the node.
+	Drain         *DrainRecord `protobuf:"bytes,9,opt,name=drain,proto3" json:"drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Records) Reset() {
 	*x = Records{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +906,7 @@ func (x *Records) String() string {
 func (*Records) ProtoMessage() {}
 
 func (x *Records) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[8]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +919,7 @@ func (x *Records) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Records.ProtoReflect.Descriptor instead.
 func (*Records) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Records) GetAssigned() *AssignedRecord {
@@ -851,6 +978,105 @@ func (x *Records) GetFailed() []*FailedVersion {
 	return nil
 }
 
+func (x *Records) GetDrain() *DrainRecord {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
+// DrainRecord is one drain of the node.
+type DrainRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// source is the assigned config the node is drained for.
+	Source *ConfigSource `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	Phase  DrainPhase    `protobuf:"varint,2,opt,name=phase,proto3,enum=nodeconfig.v1.DrainPhase" json:"phase,omitempty"`
+	// since is when the drain began.
+	Since *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	// timeout_seconds bounds the drain from since.
+	TimeoutSeconds int64 `protobuf:"varint,4,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	// why says what asks for it: the kubelet fields that change, or the
+	// NodeConfig's spec.rollout.drain.
+	Why string `protobuf:"bytes,5,opt,name=why,proto3" json:"why,omitempty"`
+	// cordoned says the agent cordoned the node (it was schedulable): only
+	// then does it uncordon it.
+	Cordoned      bool `protobuf:"varint,6,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRecord) Reset() {
+	*x = DrainRecord{}
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRecord) ProtoMessage() {}
+
+func (x *DrainRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRecord.ProtoReflect.Descriptor instead.
+func (*DrainRecord) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DrainRecord) GetSource() *ConfigSource {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *DrainRecord) GetPhase() DrainPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return DrainPhase_DRAIN_PHASE_UNSPECIFIED
+}
+
+func (x *DrainRecord) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *DrainRecord) GetTimeoutSeconds() int64 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *DrainRecord) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+func (x *DrainRecord) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
+}
+
 // FailedVersion is one version that failed late on the node, as it was
 // judged (its validator), and why.
 type FailedVersion struct {
@@ -865,7 +1091,7 @@ type FailedVersion struct {
 
 func (x *FailedVersion) Reset() {
 	*x = FailedVersion{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1103,7 @@ func (x *FailedVersion) String() string {
 func (*FailedVersion) ProtoMessage() {}
 
 func (x *FailedVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[9]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1116,7 @@ func (x *FailedVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedVersion.ProtoReflect.Descriptor instead.
 func (*FailedVersion) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FailedVersion) GetSource() *ConfigSource {
@@ -937,7 +1163,7 @@ type ResetRecord struct {
 
 func (x *ResetRecord) Reset() {
 	*x = ResetRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[10]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1175,7 @@ func (x *ResetRecord) String() string {
 func (*ResetRecord) ProtoMessage() {}
 
 func (x *ResetRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[10]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1188,7 @@ func (x *ResetRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetRecord.ProtoReflect.Descriptor instead.
 func (*ResetRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResetRecord) GetFrom() *ConfigSource {
@@ -1016,14 +1242,17 @@ type ConsumerRecord struct {
 	// the node's pods that were Running and Ready when the consumer was
 	// restarted onto this config. Unset: not taken (no gate, or the API
 	// server could not be read then), and the pods are not judged.
-	ReadyBefore   *PodSnapshot `protobuf:"bytes,7,opt,name=ready_before,json=readyBefore,proto3" json:"ready_before,omitempty"`
+	ReadyBefore *PodSnapshot `protobuf:"bytes,7,opt,name=ready_before,json=readyBefore,proto3" json:"ready_before,omitempty"`
+	// disruption is what restarting the consumer onto source takes beyond a
+	// restart, from the kubelet fields that change (unset: a restart).
+	Disruption    *Disruption `protobuf:"bytes,8,opt,name=disruption,proto3" json:"disruption,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConsumerRecord) Reset() {
 	*x = ConsumerRecord{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[11]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1264,7 @@ func (x *ConsumerRecord) String() string {
 func (*ConsumerRecord) ProtoMessage() {}
 
 func (x *ConsumerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[11]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1277,7 @@ func (x *ConsumerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerRecord.ProtoReflect.Descriptor instead.
 func (*ConsumerRecord) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{11}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ConsumerRecord) GetSource() *ConfigSource {
@@ -1100,6 +1329,82 @@ func (x *ConsumerRecord) GetReadyBefore() *PodSnapshot {
 	return nil
 }
 
+func (x *ConsumerRecord) GetDisruption() *Disruption {
+	if x != nil {
+		return x.Disruption
+	}
+	return nil
+}
+
+// Disruption is what a change of the kubelet's effective config needs
+// beyond a restart (docs/disruption.md).
+type Disruption struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fields are the kubelet fields that change, as KubeletConfiguration
+	// names them (dotted JSON paths).
+	Fields []string `protobuf:"bytes,1,rep,name=fields,proto3" json:"fields,omitempty"`
+	// remove are the kubelet's state files, relative to its root directory,
+	// removed while no kubelet runs: after the old one stopped, before the
+	// new one starts.
+	Remove []string `protobuf:"bytes,2,rep,name=remove,proto3" json:"remove,omitempty"`
+	// removed is when they were removed: a restart after it leaves the new
+	// kubelet's own files alone.
+	Removed       *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Disruption) Reset() {
+	*x = Disruption{}
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Disruption) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Disruption) ProtoMessage() {}
+
+func (x *Disruption) ProtoReflect() protoreflect.Message {
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Disruption.ProtoReflect.Descriptor instead.
+func (*Disruption) Descriptor() ([]byte, []int) {
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Disruption) GetFields() []string {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+func (x *Disruption) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+func (x *Disruption) GetRemoved() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
 // PodSnapshot names pods of the node at a moment.
 type PodSnapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1113,7 +1418,7 @@ type PodSnapshot struct {
 
 func (x *PodSnapshot) Reset() {
 	*x = PodSnapshot{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[12]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1430,7 @@ func (x *PodSnapshot) String() string {
 func (*PodSnapshot) ProtoMessage() {}
 
 func (x *PodSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[12]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1443,7 @@ func (x *PodSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodSnapshot.ProtoReflect.Descriptor instead.
 func (*PodSnapshot) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{12}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PodSnapshot) GetTaken() *timestamppb.Timestamp {
@@ -1174,7 +1479,7 @@ type NodeConfigStatus struct {
 
 func (x *NodeConfigStatus) Reset() {
 	*x = NodeConfigStatus{}
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[13]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1491,7 @@ func (x *NodeConfigStatus) String() string {
 func (*NodeConfigStatus) ProtoMessage() {}
 
 func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_nodeconfig_v1_types_proto_msgTypes[13]
+	mi := &file_nodeconfig_v1_types_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1504,7 @@ func (x *NodeConfigStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfigStatus.ProtoReflect.Descriptor instead.
 func (*NodeConfigStatus) Descriptor() ([]byte, []int) {
-	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{13}
+	return file_nodeconfig_v1_types_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *NodeConfigStatus) GetAssigned() *ConfigSource {
@@ -1244,7 +1549,7 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\vConfigError\x12/\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x19.nodeconfig.v1.ErrorPhaseR\x05phase\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xb0\x02\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xe2\x02\n" +
 	"\x0eAssignedRecord\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x12!\n" +
 	"\fsoak_seconds\x18\x02 \x01(\x03R\vsoakSeconds\x126\n" +
@@ -1253,7 +1558,11 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"written_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\x12\x1f\n" +
 	"\vnode_config\x18\x05 \x01(\tR\n" +
 	"nodeConfig\x122\n" +
-	"\x06health\x18\x06 \x01(\v2\x1a.nodeconfig.v1.HealthGatesR\x06health\"\xa0\x01\n" +
+	"\x06health\x18\x06 \x01(\v2\x1a.nodeconfig.v1.HealthGatesR\x06health\x120\n" +
+	"\x05drain\x18\a \x01(\v2\x1a.nodeconfig.v1.DrainPolicyR\x05drain\"N\n" +
+	"\vDrainPolicy\x12\x16\n" +
+	"\x06always\x18\x01 \x01(\bR\x06always\x12'\n" +
+	"\x0ftimeout_seconds\x18\x02 \x01(\x03R\x0etimeoutSeconds\"\xa0\x01\n" +
 	"\vHealthGates\x12@\n" +
 	"\n" +
 	"conditions\x18\x01 \x03(\v2 .nodeconfig.v1.NodeConditionGateR\n" +
@@ -1275,7 +1584,7 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\vErrorRecord\x120\n" +
 	"\x05error\x18\x01 \x01(\v2\x1a.nodeconfig.v1.ConfigErrorR\x05error\x129\n" +
 	"\n" +
-	"written_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\xb8\x03\n" +
+	"written_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\twrittenAt\"\xea\x03\n" +
 	"\aRecords\x129\n" +
 	"\bassigned\x18\x01 \x01(\v2\x1d.nodeconfig.v1.AssignedRecordR\bassigned\x123\n" +
 	"\x06active\x18\x02 \x01(\v2\x1b.nodeconfig.v1.SourceRecordR\x06active\x12C\n" +
@@ -1285,7 +1594,15 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\bconsumer\x18\x06 \x01(\v2\x1d.nodeconfig.v1.ConsumerRecordR\bconsumer\x129\n" +
 	"\n" +
 	"last_reset\x18\a \x01(\v2\x1a.nodeconfig.v1.ResetRecordR\tlastReset\x124\n" +
-	"\x06failed\x18\b \x03(\v2\x1c.nodeconfig.v1.FailedVersionR\x06failed\"\xda\x01\n" +
+	"\x06failed\x18\b \x03(\v2\x1c.nodeconfig.v1.FailedVersionR\x06failed\x120\n" +
+	"\x05drain\x18\t \x01(\v2\x1a.nodeconfig.v1.DrainRecordR\x05drain\"\xfc\x01\n" +
+	"\vDrainRecord\x123\n" +
+	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x12/\n" +
+	"\x05phase\x18\x02 \x01(\x0e2\x19.nodeconfig.v1.DrainPhaseR\x05phase\x120\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12'\n" +
+	"\x0ftimeout_seconds\x18\x04 \x01(\x03R\x0etimeoutSeconds\x12\x10\n" +
+	"\x03why\x18\x05 \x01(\tR\x03why\x12\x1a\n" +
+	"\bcordoned\x18\x06 \x01(\bR\bcordoned\"\xda\x01\n" +
 	"\rFailedVersion\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x126\n" +
 	"\tvalidator\x18\x02 \x01(\x0e2\x18.nodeconfig.v1.ValidatorR\tvalidator\x120\n" +
@@ -1296,7 +1613,7 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12!\n" +
 	"\fsoak_seconds\x18\x03 \x01(\x03R\vsoakSeconds\x12\x1f\n" +
 	"\vnode_config\x18\x04 \x01(\tR\n" +
-	"nodeConfig\"\x85\x03\n" +
+	"nodeConfig\"\xc0\x03\n" +
 	"\x0eConsumerRecord\x123\n" +
 	"\x06source\x18\x01 \x01(\v2\x1b.nodeconfig.v1.ConfigSourceR\x06source\x122\n" +
 	"\x05phase\x18\x02 \x01(\x0e2\x1c.nodeconfig.v1.ConsumerPhaseR\x05phase\x120\n" +
@@ -1304,7 +1621,15 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12@\n" +
 	"\x0ehealthy_before\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\rhealthyBefore\x12=\n" +
 	"\fseen_healthy\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vseenHealthy\x12=\n" +
-	"\fready_before\x18\a \x01(\v2\x1a.nodeconfig.v1.PodSnapshotR\vreadyBefore\"S\n" +
+	"\fready_before\x18\a \x01(\v2\x1a.nodeconfig.v1.PodSnapshotR\vreadyBefore\x129\n" +
+	"\n" +
+	"disruption\x18\b \x01(\v2\x19.nodeconfig.v1.DisruptionR\n" +
+	"disruption\"r\n" +
+	"\n" +
+	"Disruption\x12\x16\n" +
+	"\x06fields\x18\x01 \x03(\tR\x06fields\x12\x16\n" +
+	"\x06remove\x18\x02 \x03(\tR\x06remove\x124\n" +
+	"\aremoved\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\aremoved\"S\n" +
 	"\vPodSnapshot\x120\n" +
 	"\x05taken\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05taken\x12\x12\n" +
 	"\x04pods\x18\x02 \x03(\tR\x04pods\"\xdb\x01\n" +
@@ -1323,7 +1648,12 @@ const file_nodeconfig_v1_types_proto_rawDesc = "" +
 	"ErrorPhase\x12\x1b\n" +
 	"\x17ERROR_PHASE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_PHASE_EARLY\x10\x01\x12\x14\n" +
-	"\x10ERROR_PHASE_LATE\x10\x02*\xa4\x01\n" +
+	"\x10ERROR_PHASE_LATE\x10\x02*\\\n" +
+	"\n" +
+	"DrainPhase\x12\x1b\n" +
+	"\x17DRAIN_PHASE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14DRAIN_PHASE_DRAINING\x10\x01\x12\x17\n" +
+	"\x13DRAIN_PHASE_DRAINED\x10\x02*\xa4\x01\n" +
 	"\rConsumerPhase\x12\x1e\n" +
 	"\x1aCONSUMER_PHASE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CONSUMER_PHASE_RESTARTING\x10\x01\x12\x1a\n" +
@@ -1343,69 +1673,80 @@ func file_nodeconfig_v1_types_proto_rawDescGZIP() []byte {
 	return file_nodeconfig_v1_types_proto_rawDescData
 }
 
-var file_nodeconfig_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_nodeconfig_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_nodeconfig_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_nodeconfig_v1_types_proto_goTypes = []any{
 	(Validator)(0),                // 0: nodeconfig.v1.Validator
 	(ErrorPhase)(0),               // 1: nodeconfig.v1.ErrorPhase
-	(ConsumerPhase)(0),            // 2: nodeconfig.v1.ConsumerPhase
-	(*ConfigSource)(nil),          // 3: nodeconfig.v1.ConfigSource
-	(*ConfigError)(nil),           // 4: nodeconfig.v1.ConfigError
-	(*AssignedRecord)(nil),        // 5: nodeconfig.v1.AssignedRecord
-	(*HealthGates)(nil),           // 6: nodeconfig.v1.HealthGates
-	(*NodeConditionGate)(nil),     // 7: nodeconfig.v1.NodeConditionGate
-	(*PrometheusGate)(nil),        // 8: nodeconfig.v1.PrometheusGate
-	(*SourceRecord)(nil),          // 9: nodeconfig.v1.SourceRecord
-	(*ErrorRecord)(nil),           // 10: nodeconfig.v1.ErrorRecord
-	(*Records)(nil),               // 11: nodeconfig.v1.Records
-	(*FailedVersion)(nil),         // 12: nodeconfig.v1.FailedVersion
-	(*ResetRecord)(nil),           // 13: nodeconfig.v1.ResetRecord
-	(*ConsumerRecord)(nil),        // 14: nodeconfig.v1.ConsumerRecord
-	(*PodSnapshot)(nil),           // 15: nodeconfig.v1.PodSnapshot
-	(*NodeConfigStatus)(nil),      // 16: nodeconfig.v1.NodeConfigStatus
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(DrainPhase)(0),               // 2: nodeconfig.v1.DrainPhase
+	(ConsumerPhase)(0),            // 3: nodeconfig.v1.ConsumerPhase
+	(*ConfigSource)(nil),          // 4: nodeconfig.v1.ConfigSource
+	(*ConfigError)(nil),           // 5: nodeconfig.v1.ConfigError
+	(*AssignedRecord)(nil),        // 6: nodeconfig.v1.AssignedRecord
+	(*DrainPolicy)(nil),           // 7: nodeconfig.v1.DrainPolicy
+	(*HealthGates)(nil),           // 8: nodeconfig.v1.HealthGates
+	(*NodeConditionGate)(nil),     // 9: nodeconfig.v1.NodeConditionGate
+	(*PrometheusGate)(nil),        // 10: nodeconfig.v1.PrometheusGate
+	(*SourceRecord)(nil),          // 11: nodeconfig.v1.SourceRecord
+	(*ErrorRecord)(nil),           // 12: nodeconfig.v1.ErrorRecord
+	(*Records)(nil),               // 13: nodeconfig.v1.Records
+	(*DrainRecord)(nil),           // 14: nodeconfig.v1.DrainRecord
+	(*FailedVersion)(nil),         // 15: nodeconfig.v1.FailedVersion
+	(*ResetRecord)(nil),           // 16: nodeconfig.v1.ResetRecord
+	(*ConsumerRecord)(nil),        // 17: nodeconfig.v1.ConsumerRecord
+	(*Disruption)(nil),            // 18: nodeconfig.v1.Disruption
+	(*PodSnapshot)(nil),           // 19: nodeconfig.v1.PodSnapshot
+	(*NodeConfigStatus)(nil),      // 20: nodeconfig.v1.NodeConfigStatus
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
 }
 var file_nodeconfig_v1_types_proto_depIdxs = []int32{
 	1,  // 0: nodeconfig.v1.ConfigError.phase:type_name -> nodeconfig.v1.ErrorPhase
-	3,  // 1: nodeconfig.v1.AssignedRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	4,  // 1: nodeconfig.v1.AssignedRecord.source:type_name -> nodeconfig.v1.ConfigSource
 	0,  // 2: nodeconfig.v1.AssignedRecord.validator:type_name -> nodeconfig.v1.Validator
-	17, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
-	6,  // 4: nodeconfig.v1.AssignedRecord.health:type_name -> nodeconfig.v1.HealthGates
-	7,  // 5: nodeconfig.v1.HealthGates.conditions:type_name -> nodeconfig.v1.NodeConditionGate
-	8,  // 6: nodeconfig.v1.HealthGates.prometheus:type_name -> nodeconfig.v1.PrometheusGate
-	3,  // 7: nodeconfig.v1.SourceRecord.source:type_name -> nodeconfig.v1.ConfigSource
-	17, // 8: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
-	4,  // 9: nodeconfig.v1.ErrorRecord.error:type_name -> nodeconfig.v1.ConfigError
-	17, // 10: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
-	5,  // 11: nodeconfig.v1.Records.assigned:type_name -> nodeconfig.v1.AssignedRecord
-	9,  // 12: nodeconfig.v1.Records.active:type_name -> nodeconfig.v1.SourceRecord
-	9,  // 13: nodeconfig.v1.Records.last_known_good:type_name -> nodeconfig.v1.SourceRecord
-	10, // 14: nodeconfig.v1.Records.error:type_name -> nodeconfig.v1.ErrorRecord
-	14, // 15: nodeconfig.v1.Records.consumer:type_name -> nodeconfig.v1.ConsumerRecord
-	13, // 16: nodeconfig.v1.Records.last_reset:type_name -> nodeconfig.v1.ResetRecord
-	12, // 17: nodeconfig.v1.Records.failed:type_name -> nodeconfig.v1.FailedVersion
-	3,  // 18: nodeconfig.v1.FailedVersion.source:type_name -> nodeconfig.v1.ConfigSource
-	0,  // 19: nodeconfig.v1.FailedVersion.validator:type_name -> nodeconfig.v1.Validator
-	4,  // 20: nodeconfig.v1.FailedVersion.error:type_name -> nodeconfig.v1.ConfigError
-	17, // 21: nodeconfig.v1.FailedVersion.at:type_name -> google.protobuf.Timestamp
-	3,  // 22: nodeconfig.v1.ResetRecord.from:type_name -> nodeconfig.v1.ConfigSource
-	17, // 23: nodeconfig.v1.ResetRecord.at:type_name -> google.protobuf.Timestamp
-	3,  // 24: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
-	2,  // 25: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
-	17, // 26: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
-	18, // 27: nodeconfig.v1.ConsumerRecord.healthy_before:type_name -> google.protobuf.Duration
-	17, // 28: nodeconfig.v1.ConsumerRecord.seen_healthy:type_name -> google.protobuf.Timestamp
-	15, // 29: nodeconfig.v1.ConsumerRecord.ready_before:type_name -> nodeconfig.v1.PodSnapshot
-	17, // 30: nodeconfig.v1.PodSnapshot.taken:type_name -> google.protobuf.Timestamp
-	3,  // 31: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 32: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
-	3,  // 33: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	21, // 3: nodeconfig.v1.AssignedRecord.written_at:type_name -> google.protobuf.Timestamp
+	8,  // 4: nodeconfig.v1.AssignedRecord.health:type_name -> nodeconfig.v1.HealthGates
+	7,  // 5: nodeconfig.v1.AssignedRecord.drain:type_name -> nodeconfig.v1.DrainPolicy
+	9,  // 6: nodeconfig.v1.HealthGates.conditions:type_name -> nodeconfig.v1.NodeConditionGate
+	10, // 7: nodeconfig.v1.HealthGates.prometheus:type_name -> nodeconfig.v1.PrometheusGate
+	4,  // 8: nodeconfig.v1.SourceRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	21, // 9: nodeconfig.v1.SourceRecord.written_at:type_name -> google.protobuf.Timestamp
+	5,  // 10: nodeconfig.v1.ErrorRecord.error:type_name -> nodeconfig.v1.ConfigError
+	21, // 11: nodeconfig.v1.ErrorRecord.written_at:type_name -> google.protobuf.Timestamp
+	6,  // 12: nodeconfig.v1.Records.assigned:type_name -> nodeconfig.v1.AssignedRecord
+	11, // 13: nodeconfig.v1.Records.active:type_name -> nodeconfig.v1.SourceRecord
+	11, // 14: nodeconfig.v1.Records.last_known_good:type_name -> nodeconfig.v1.SourceRecord
+	12, // 15: nodeconfig.v1.Records.error:type_name -> nodeconfig.v1.ErrorRecord
+	17, // 16: nodeconfig.v1.Records.consumer:type_name -> nodeconfig.v1.ConsumerRecord
+	16, // 17: nodeconfig.v1.Records.last_reset:type_name -> nodeconfig.v1.ResetRecord
+	15, // 18: nodeconfig.v1.Records.failed:type_name -> nodeconfig.v1.FailedVersion
+	14, // 19: nodeconfig.v1.Records.drain:type_name -> nodeconfig.v1.DrainRecord
+	4,  // 20: nodeconfig.v1.DrainRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	2,  // 21: nodeconfig.v1.DrainRecord.phase:type_name -> nodeconfig.v1.DrainPhase
+	21, // 22: nodeconfig.v1.DrainRecord.since:type_name -> google.protobuf.Timestamp
+	4,  // 23: nodeconfig.v1.FailedVersion.source:type_name -> nodeconfig.v1.ConfigSource
+	0,  // 24: nodeconfig.v1.FailedVersion.validator:type_name -> nodeconfig.v1.Validator
+	5,  // 25: nodeconfig.v1.FailedVersion.error:type_name -> nodeconfig.v1.ConfigError
+	21, // 26: nodeconfig.v1.FailedVersion.at:type_name -> google.protobuf.Timestamp
+	4,  // 27: nodeconfig.v1.ResetRecord.from:type_name -> nodeconfig.v1.ConfigSource
+	21, // 28: nodeconfig.v1.ResetRecord.at:type_name -> google.protobuf.Timestamp
+	4,  // 29: nodeconfig.v1.ConsumerRecord.source:type_name -> nodeconfig.v1.ConfigSource
+	3,  // 30: nodeconfig.v1.ConsumerRecord.phase:type_name -> nodeconfig.v1.ConsumerPhase
+	21, // 31: nodeconfig.v1.ConsumerRecord.since:type_name -> google.protobuf.Timestamp
+	22, // 32: nodeconfig.v1.ConsumerRecord.healthy_before:type_name -> google.protobuf.Duration
+	21, // 33: nodeconfig.v1.ConsumerRecord.seen_healthy:type_name -> google.protobuf.Timestamp
+	19, // 34: nodeconfig.v1.ConsumerRecord.ready_before:type_name -> nodeconfig.v1.PodSnapshot
+	18, // 35: nodeconfig.v1.ConsumerRecord.disruption:type_name -> nodeconfig.v1.Disruption
+	21, // 36: nodeconfig.v1.Disruption.removed:type_name -> google.protobuf.Timestamp
+	21, // 37: nodeconfig.v1.PodSnapshot.taken:type_name -> google.protobuf.Timestamp
+	4,  // 38: nodeconfig.v1.NodeConfigStatus.assigned:type_name -> nodeconfig.v1.ConfigSource
+	4,  // 39: nodeconfig.v1.NodeConfigStatus.active:type_name -> nodeconfig.v1.ConfigSource
+	4,  // 40: nodeconfig.v1.NodeConfigStatus.last_known_good:type_name -> nodeconfig.v1.ConfigSource
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_nodeconfig_v1_types_proto_init() }
@@ -1418,8 +1759,8 @@ func file_nodeconfig_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodeconfig_v1_types_proto_rawDesc), len(file_nodeconfig_v1_types_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   14,
+			NumEnums:      4,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

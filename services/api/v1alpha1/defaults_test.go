@@ -21,7 +21,12 @@ func TestCRDDefaultSoakIsDefaultSoakSeconds(t *testing.T) {
 					OpenAPIV3Schema struct {
 						Properties map[string]struct {
 							Properties map[string]struct {
-								Default any `json:"default"`
+								Default    any `json:"default"`
+								Properties map[string]struct {
+									Properties map[string]struct {
+										Default any `json:"default"`
+									} `json:"properties"`
+								} `json:"properties"`
 							} `json:"properties"`
 						} `json:"properties"`
 					} `json:"openAPIV3Schema"`
@@ -35,8 +40,15 @@ func TestCRDDefaultSoakIsDefaultSoakSeconds(t *testing.T) {
 	if len(crd.Spec.Versions) != 1 {
 		t.Fatalf("%d versions in the CRD, want 1", len(crd.Spec.Versions))
 	}
-	got := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["soakSeconds"].Default
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	got := spec.Properties["soakSeconds"].Default
 	if f, ok := got.(float64); !ok || f != DefaultSoakSeconds {
 		t.Fatalf("the CRD's default soakSeconds is %v, DefaultSoakSeconds is %d: change the +kubebuilder:default marker and run make generate", got, DefaultSoakSeconds)
+	}
+	// And spec.rollout.drain.timeoutSeconds's is DefaultDrainTimeoutSeconds,
+	// the agent's bound of a drain whose NodeConfig sets no drain.
+	got = spec.Properties["rollout"].Properties["drain"].Properties["timeoutSeconds"].Default
+	if f, ok := got.(float64); !ok || f != DefaultDrainTimeoutSeconds {
+		t.Fatalf("the CRD's default drain.timeoutSeconds is %v, DefaultDrainTimeoutSeconds is %d: change the +kubebuilder:default marker and run make generate", got, DefaultDrainTimeoutSeconds)
 	}
 }

@@ -41,6 +41,9 @@ const (
 	// NodeReasonWaitingForHealth: the consumer was restarted onto the
 	// active config and is not healthy yet; the soak has not begun.
 	NodeReasonWaitingForHealth = "WaitingForHealth"
+	// NodeReasonDraining: the assigned change needs a drain first: the
+	// node is cordoned and its pods evicted; nothing is written yet.
+	NodeReasonDraining = "Draining"
 	// NodeReasonCheckpointdUnavailable: the node's checkpointd cannot be
 	// reached (by its statusd, or by the reconciler, whose error on the
 	// node starts with it).

@@ -214,7 +214,43 @@ type Rollout struct {
 	// +kubebuilder:validation:XValidation:rule="!format.qualifiedName().validate(self).hasValue()",message="topologyKey must be a node label key: an optional DNS subdomain prefix and '/', then a name of 1 to 63 alphanumerics, '-', '_' or '.' that starts and ends alphanumeric"
 	// +optional
 	TopologyKey string `json:"topologyKey,omitempty"`
+	// Drains of a node before its kubelet restarts onto a change. Absent,
+	// a node is drained only when a kubelet field that changes needs it
+	// (docs/disruption.md), within 300 seconds.
+	// +optional
+	Drain *Drain `json:"drain,omitempty"`
 }
+
+// DefaultDrainTimeoutSeconds bounds a drain whose NodeConfig sets no bound.
+// The CRD's default marker on drain.timeoutSeconds repeats it (a test checks).
+const DefaultDrainTimeoutSeconds = 300
+
+// Drain is how a node is drained: cordoned, its pods evicted through the
+// Eviction API (their PodDisruptionBudgets hold), its kubelet restarted,
+// and uncordoned once the kubelet is healthy.
+type Drain struct {
+	// When a node is drained: Always, before every kubelet restart of a
+	// change; or Needed, only when a kubelet field that changes needs it.
+	// +kubebuilder:validation:Enum=Always;Needed
+	// +kubebuilder:default=Needed
+	// +optional
+	When string `json:"when,omitempty"`
+	// How long a drain may take, in seconds (at most a day): one that
+	// cannot finish within it is an early error naming the pods left, the
+	// node is uncordoned and its kubelet not restarted; it is tried again
+	// later.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:default=300
+	// +optional
+	TimeoutSeconds int64 `json:"timeoutSeconds,omitempty"`
+}
+
+// When a node is drained (Drain.When).
+const (
+	DrainAlways = "Always"
+	DrainNeeded = "Needed"
+)
 
 // What a halt does (Rollout.OnHalt).
 const (

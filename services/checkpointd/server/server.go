@@ -60,6 +60,9 @@ type Options struct {
 	// GuardHostTargetDir is TargetDir as the host sees it (empty: the
 	// same).
 	GuardHostTargetDir string
+	// Drainer, when set, drains the node before a change that needs it
+	// (RunDrains); without it such a change is an early error.
+	Drainer lifecycle.Drainer
 }
 
 // Checkpointd is an open store with its lifecycle.
@@ -86,6 +89,7 @@ func Open(o Options) (*Checkpointd, error) {
 		Log:         o.Log,
 		MaxWatchers: o.MaxWatchers,
 		Rules:       &o.Rules,
+		Drainer:     o.Drainer,
 	}
 	if o.LocateKubelet != nil {
 		lo.Locate, lo.Target.Dir = o.LocateKubelet, ""
@@ -138,6 +142,10 @@ func (c *Checkpointd) RunConsumer(ctx context.Context) {
 func (c *Checkpointd) RunNodeFilesWatch(ctx context.Context, period time.Duration) {
 	c.node.RunNodeFilesWatch(ctx, period)
 }
+
+// RunDrains carries out the node's drains (lifecycle.Node.RunDrains) until
+// ctx ends; without a Drainer it returns at once.
+func (c *Checkpointd) RunDrains(ctx context.Context) { c.node.RunDrains(ctx) }
 
 // Close closes the store.
 func (c *Checkpointd) Close() error { return c.store.Close() }

@@ -82,6 +82,12 @@ var rows = []row{
 		func(v float64) bool { return v <= 3 }, nil},
 	{"fleet of 1,000: seconds per 1,000 nodes", "BenchmarkFleet/nodes=1000", "s-per-1000-nodes", "reported",
 		reportedOnly, nil},
+	{"fleet of 1,000: the control plane's CPU per node change", "BenchmarkFleet/nodes=1000", "control-plane-cpu-ms/node", "reported",
+		reportedOnly, nil},
+	{"fleet of 1,000, kubelet-like Nodes: the control plane's CPU per node change", "BenchmarkFleet/nodes=1000/kubelet-like-nodes", "control-plane-cpu-ms/node", "<= 5 ms",
+		func(v float64) bool { return v <= 5 }, nil},
+	{"fleet of 1,000, kubelet-like Nodes: etcd's log bytes per node change", "BenchmarkFleet/nodes=1000/kubelet-like-nodes", "etcd-log-kB/node", "reported",
+		reportedOnly, nil},
 	{"fleet of 1,000: a change after a quiet hour (every node's token due), all active", "BenchmarkFleet/nodes=1000/tokens-due", "all-active-s", "<= 10 s",
 		func(v float64) bool { return v <= 10 }, func(v float64, line map[string]float64) string {
 			return strings.TrimPrefix(cpuFloor(v, line), "; ")

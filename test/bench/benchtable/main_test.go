@@ -24,7 +24,8 @@ BenchmarkBurstCoalescing-2             	       5	 130000000 ns/op	        28.00 
 BenchmarkAssignmentLatency-2           	       1	2000000000 ns/op	        41.00 p50-ms	        95.00 p99-ms
 BenchmarkWritesPerNodePerConfigChange-2	       1	3000000000 ns/op	         2.00 writes/node/change
 BenchmarkSteadyStateWritesPerNodePerHour-2	   1	3000000000 ns/op	         0 writes/node/hour
-BenchmarkFleet/nodes=1000-2            	       1	60000000000 ns/op	         7.50 all-active-s	        80.00 reconciler-peak-rss-MiB	         2.10 writes/node/change	         7.50 s-per-1000-nodes
+BenchmarkFleet/nodes=1000-2            	       1	60000000000 ns/op	         7.50 all-active-s	        80.00 reconciler-peak-rss-MiB	         2.10 writes/node/change	         7.50 s-per-1000-nodes	         7.88 control-plane-cpu-ms/node
+BenchmarkFleet/nodes=1000/kubelet-like-nodes-2	       1	 9000000000 ns/op	         9.00 all-active-s	         4.90 control-plane-cpu-ms/node	        12.80 etcd-log-kB/node
 BenchmarkFleet/nodes=1000/tokens-due-2 	       1	 3200000000 ns/op	         3.20 all-active-s	         3.10 cpu-floor-s	         2.10 agents-cpu-s	         4.10 control-plane-cpu-s
 BenchmarkFleet/nodes=5000-2            	       1	12000000000 ns/op	        12.00 all-active-s	        40.00 first-rollout-s	        95.00 reconciler-peak-rss-MiB	         2.07 writes/node/change	      2000 api-writes/s	         2.50 floor-s	         4.80 ratio-to-floor	         2.40 s-per-1000-nodes
 BenchmarkFleet/nodes=5000/selected=1000-2	       1	 4000000000 ns/op	         4.00 all-active-s	         4.00 s-per-1000-nodes

@@ -79,6 +79,9 @@ func run(o options) (err error) {
 		r.reportAPICalls,
 		r.reportMemory,
 		r.reportBenchmark,
+		r.checkSyncs,
+		// The operator's view of it.
+		r.checkPlugin,
 	} {
 		if err := phase(); err != nil {
 			return err
@@ -96,19 +99,20 @@ type fleetRun struct {
 	// stops undo what the phases started, in reverse (see onStop).
 	stops []func()
 
-	root        string // the state directory
-	c           *cluster.Cluster
-	adminCfg    *rest.Config
-	admin       kubernetes.Interface
-	watch       *activeWatch
-	sec         *security    // nil without -auth
-	policy      *policyProbe // nil without -auth or with one node
-	hosts       *agentHosts  // nil when this process hosts the agents
-	reconciler  *proc.Process
-	metricsAddr string            // the reconciler's
-	pids        cpuPids           // whose CPU the figures count
-	cm          *corev1.ConfigMap // the fleet's config as last written
-	stopProfile func() error      // nil without -profile
+	root           string // the state directory
+	c              *cluster.Cluster
+	adminCfg       *rest.Config
+	admin          kubernetes.Interface
+	watch          *activeWatch
+	sec            *security    // nil without -auth
+	policy         *policyProbe // nil without -auth or with one node
+	hosts          *agentHosts  // nil when this process hosts the agents
+	reconciler     *proc.Process
+	reconcilerAddr string            // its gRPC API
+	metricsAddr    string            // the reconciler's
+	pids           cpuPids           // whose CPU the figures count
+	cm             *corev1.ConfigMap // the fleet's config as last written
+	stopProfile    func() error      // nil without -profile
 
 	figures
 }

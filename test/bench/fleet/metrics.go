@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/procfs"
@@ -98,8 +100,7 @@ func memory(pid int) (resident, error) {
 
 // runtimeMemory summarises the Go runtime's memory gauges of a /metrics page.
 func runtimeMemory(page []byte) string {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(page))
+	families, err := parseMetrics(page)
 	if err != nil {
 		return err.Error()
 	}
@@ -140,6 +141,19 @@ func (s syncCounts) outcomes() string {
 	return fmt.Sprintf("%.0f failed and retried with backoff, %.0f waited for their ConfigMap's first listing", s.nodesFailed, s.nodesWaited)
 }
 
+// noneFailed is an error when a node sync failed: the run's outcome, not
+// its speed, so it holds however loaded the machine is.
+func (s syncCounts) noneFailed() error {
+	if s.nodes == 0 {
+		// A renamed series would read as no failure at all.
+		return errors.New("the reconciler's /metrics counts no node sync: nodeconfig_reconciler_syncs_total{queue=\"nodes\"} is missing")
+	}
+	if s.nodesFailed > 0 {
+		return fmt.Errorf("%.0f of the reconciler's %.0f node syncs failed during the run (its log says why)", s.nodesFailed, s.nodes)
+	}
+	return nil
+}
+
 func readSyncs(metricsAddr string) (syncCounts, error) {
 	page, err := fetch("http://" + metricsAddr + "/metrics")
 	if err != nil {
@@ -151,8 +165,7 @@ func readSyncs(metricsAddr string) (syncCounts, error) {
 // parseSyncs reads syncCounts from the reconciler's /metrics page.
 func parseSyncs(page []byte) (syncCounts, error) {
 	var n syncCounts
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(page))
+	families, err := parseMetrics(page)
 	if err != nil {
 		return n, err
 	}
@@ -187,6 +200,12 @@ func parseSyncs(page []byte) (syncCounts, error) {
 		}
 	}
 	return n, nil
+}
+
+// parseMetrics reads a /metrics page in Prometheus's text format.
+func parseMetrics(page []byte) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(bytes.NewReader(page))
 }
 
 func fetch(url string) ([]byte, error) {

@@ -21,3 +21,20 @@ nodeconfig_reconciler_syncs_total{queue="nodeconfigs",result="ok"} 4
 		t.Fatalf("parsed %+v, want %+v", got, want)
 	}
 }
+
+// -fail-on-failed-sync fails on one failed node sync, and on a page that
+// counts no node sync at all (a renamed series must not read as success).
+func TestNoneFailedFailsOnAFailedSyncOrNoCount(t *testing.T) {
+	for _, tc := range []struct {
+		s    syncCounts
+		fail bool
+	}{
+		{syncCounts{nodes: 40, nodesWaited: 3}, false},
+		{syncCounts{nodes: 40, nodesFailed: 1}, true},
+		{syncCounts{}, true},
+	} {
+		if err := tc.s.noneFailed(); (err != nil) != tc.fail {
+			t.Errorf("%+v: %v, want failure %v", tc.s, err, tc.fail)
+		}
+	}
+}

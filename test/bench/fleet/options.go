@@ -15,7 +15,9 @@ const defaultSoak = 20 * time.Second
 type options struct {
 	nodes, selected, workers, perProcess       int
 	fsync, keep, auth, coldReviews, policyCost bool
+	kubeletLikeNodes, failOnFailedSync         bool
 	idleWithoutStatusd, priorityAndFairness    bool
+	plugin                                     bool
 	profiles, profileFirst, maxInTrial         string
 	profileFirstFor                            time.Duration
 	ceiling, idle, soak, tokensDue             time.Duration
@@ -35,6 +37,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.nodes, "nodes", 1000, "simulated nodes")
 	fs.IntVar(&o.selected, "select", 0, "how many of the nodes the NodeConfig selects (0: all); the others' agents run idle beside the rollout, so a rollout of one size can be measured in clusters of others")
 	fs.BoolVar(&o.idleWithoutStatusd, "idle-without-statusd", false, "with -select, the idle nodes run their checkpointd alone: no statusd, so no API connection or Node watch of theirs")
+	fs.BoolVar(&o.kubeletLikeNodes, "kubelet-like-nodes", false, fmt.Sprintf("create each Node as a real kubelet reports it (labels, addresses, capacity, conditions, system info, %d images; about 20 kB of JSON): every status patch rewrites the whole object in etcd, so its size is part of a change's cost; false: a Node of its name and two labels", kubeletLikeImages))
+	fs.BoolVar(&o.plugin, "plugin", false, "at the end, run the built kubectl plugin (bin/kubectl-nodeconfig) against the settled fleet: status must fit a screen and -o yaml hold what -o json does; their times are printed")
 	fs.BoolVar(&o.fsync, "fsync", false, "fsync every store commit and every config file written; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
 	fs.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the state directory")
@@ -54,6 +58,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.priorityAndFairness, "priority-and-fairness", true, "run the API server with API Priority and Fairness, as clusters run it, and with -auth the agents in the priority level of deploy/flowcontrol.yaml; false: past 400 reads or 200 writes in flight it answers 429")
 	fs.BoolVar(&o.policyCost, "policy-cost", true, "with -auth, after the write ceiling, measure the API server's CPU per Node write with the agents' admission policy bound and unbound (it matches every Node update, the kubelets' too)")
 	fs.BoolVar(&o.coldReviews, "cold-reviews", true, "with -auth, the change waits until every agent's cached review of its token has expired (a minute after the last TokenReview in the audit log), as after any quiet spell, so that fleets of every size run it alike; false: it follows the first rollout's promotion and the idle measurement at once")
+	fs.BoolVar(&o.failOnFailedSync, "fail-on-failed-sync", false, "exit non-zero when any of the reconciler's node syncs failed during the run (its nodeconfig_reconciler_syncs_total{queue=\"nodes\",result=\"error\"}): a smoke test, where the fleet is too small for a failure to be load")
 	fs.DurationVar(&o.tokensDue, "tokens-due", 0, "the change as after a quiet hour: every node's token falls due for renewal this long after it was minted (the reconciler's --agent-token-renew-after), and the settled fleet idles that long and 5 s more before the change, past the agents' one-minute review cache too (0: the change follows the first rollout at once)")
 }
 

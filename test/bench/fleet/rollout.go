@@ -45,7 +45,7 @@ func (r *fleetRun) startReconciler() error {
 	if err != nil {
 		return err
 	}
-	r.reconciler = p
+	r.reconciler, r.reconcilerAddr = p, addr
 	r.onStop(func() { _ = p.Stop(10 * time.Second) })
 	return nil
 }
@@ -102,6 +102,10 @@ func (r *fleetRun) changeConfig() error {
 	if r.syncsBefore, err = readSyncs(r.metricsAddr); err != nil {
 		return err
 	}
+	etcdBefore, err := readEtcdWrites(r.c.EtcdURL)
+	if err != nil {
+		return err
+	}
 	r.changeStart = time.Now()
 	next := configMap(2)
 	next.ResourceVersion = r.cm.ResourceVersion
@@ -117,7 +121,9 @@ func (r *fleetRun) changeConfig() error {
 		return err
 	}
 	r.cpu = cpuAfter.minus(cpuBefore)
-	return nil
+	etcdAfter, err := readEtcdWrites(r.c.EtcdURL)
+	r.etcd = etcdAfter.minus(etcdBefore)
+	return err
 }
 
 func configMap(v int) *corev1.ConfigMap {

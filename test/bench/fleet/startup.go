@@ -61,14 +61,22 @@ func (r *fleetRun) createNodes() error {
 		if !r.chosen.selected(i) {
 			role = "idle"
 		}
-		_, err := r.admin.CoreV1().Nodes().Create(r.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 			Name: name, Labels: map[string]string{label: role, "kubernetes.io/hostname": name},
-		}}, metav1.CreateOptions{})
+		}}
+		if r.o.kubeletLikeNodes {
+			kubeletLikeNode(node, i)
+		}
+		_, err := r.admin.CoreV1().Nodes().Create(r.ctx, node, metav1.CreateOptions{})
 		return err
 	}); err != nil {
 		return fmt.Errorf("create nodes: %w", err)
 	}
-	fmt.Printf("  %d Node objects created in %v\n", r.n, since(t0))
+	size, err := storedSize(r.ctx, r.admin, nodeName(0))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  %d Node objects created in %v, %s\n", r.n, since(t0), size)
 	if r.sel < r.n {
 		idle := "the agents"
 		if r.o.idleWithoutStatusd {
@@ -80,7 +88,7 @@ func (r *fleetRun) createNodes() error {
 	r.watch = newActiveWatch(r.admin, r.reporting, r.sel)
 	go r.watch.run(r.ctx)
 
-	_, err := r.admin.CoreV1().Namespaces().Create(r.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	_, err = r.admin.CoreV1().Namespaces().Create(r.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 
 // Event is the part of an audit event the tests read.
 type Event struct {
+	AuditID   string `json:"auditID"`
 	Stage     string `json:"stage"`
 	Verb      string `json:"verb"`
 	UserAgent string `json:"userAgent"`
@@ -90,6 +91,29 @@ func Each(path string, f func(Event)) error {
 		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseComplete" {
 			continue
 		}
+		f(e)
+	}
+	return sc.Err()
+}
+
+// EachRequest calls f once with every request the API server has begun to
+// answer, in the log's order: a watch still open (logged at
+// ResponseStarted) as well as every completed request.
+func EachRequest(path string, f func(Event)) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(file)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e Event
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Stage != "ResponseStarted" && e.Stage != "ResponseComplete" || seen[e.AuditID] {
+			continue
+		}
+		seen[e.AuditID] = true
 		f(e)
 	}
 	return sc.Err()

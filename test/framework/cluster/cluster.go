@@ -54,11 +54,13 @@ type Cluster struct {
 	Dir        string
 	Kubeconfig string
 	URL        string
-	Config     *rest.Config
-	Client     kubernetes.Interface
-	Etcd       *proc.Process
-	APIServer  *proc.Process
-	pki        *controlPlanePKI
+	// EtcdURL is etcd's client address, which serves its metrics too.
+	EtcdURL   string
+	Config    *rest.Config
+	Client    kubernetes.Interface
+	Etcd      *proc.Process
+	APIServer *proc.Process
+	pki       *controlPlanePKI
 }
 
 // auditPolicy logs every request's metadata, and TokenRequests with their
@@ -128,6 +130,7 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if o.Port != 0 {
 		ports[2] = o.Port
 	}
+	c.EtcdURL = etcdClient
 	c.URL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
 	bind, advertise := "127.0.0.1", "127.0.0.1"
 	if o.PodsReachAt != nil {

@@ -28,6 +28,9 @@ type Lifecycle interface {
 	// SetReadyBefore records the pods that were ready before the consumer
 	// was restarted onto src, once per trial.
 	SetReadyBefore(src *nodeconfigv1.ConfigSource, pods []string) (bool, error)
+	// StateFilesRemoved records that the state files the restart onto src
+	// removes are gone.
+	StateFilesRemoved(src *nodeconfigv1.ConfigSource) (bool, error)
 }
 
 // Gate restarts the consumer whenever the active config changes, waits for
@@ -65,7 +68,10 @@ type Gate struct {
 	// LogFile, when set, is the consumer's own log: its last error line
 	// goes into the message of a failure (the kubelet's exit line).
 	LogFile string
-	Log     *slog.Logger
+	// KubeletRootDir is the kubelet's root directory (its --root-dir) as
+	// mounted: the state files a change refuses are removed there.
+	KubeletRootDir string
+	Log            *slog.Logger
 
 	wake chan struct{}
 	// seen are the consumer's processes seen while waiting for its health.
@@ -189,8 +195,12 @@ func (g *Gate) step(ctx context.Context, failures *int) time.Duration {
 		g.healthy = ""
 		g.gateFailures = 0
 		g.takeReadyPods(active, recs)
-		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", records.Describe(active))
-		if err := g.restart(ctx); err != nil {
+		g.Log.Info("restarting the consumer onto the active config", "restarter", g.Restarter.String(), "active", records.Describe(active), "fields", c.GetDisruption().GetFields())
+		var between func() error
+		if d := c.GetDisruption(); len(d.GetRemove()) > 0 && d.GetRemoved() == nil {
+			between = g.removeStateFiles(active, d.GetRemove())
+		}
+		if err := g.restart(ctx, between); err != nil {
 			g.Log.Error("restart the consumer", "err", err)
 			_, _ = g.Lifecycle.SetConsumer(active, nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, "restart failed, retrying: "+err.Error())
 			return g.Period
@@ -317,12 +327,26 @@ func (g *Gate) noteSeenHealthy(active *nodeconfigv1.ConfigSource, recs *nodeconf
 }
 
 // restart restarts the consumer within HealthTimeout (a hung systemd job or
-// a process that ignores SIGTERM is retried, not waited on), and checks that
-// the process it restarts is the one that answers the health check.
-func (g *Gate) restart(ctx context.Context) error {
+// a process that ignores SIGTERM is retried, not waited on), running
+// between (nil: nothing) while none runs, and checks that the process it
+// restarts is the one that answers the health check.
+func (g *Gate) restart(ctx context.Context, between func() error) error {
 	rctx, cancel := context.WithTimeout(ctx, g.HealthTimeout)
 	defer cancel()
-	if err := g.Restarter.Restart(rctx); err != nil {
+	var err error
+	switch b, ok := g.Restarter.(Between); {
+	case between == nil:
+		err = g.Restarter.Restart(rctx)
+	case ok:
+		err = b.RestartBetween(rctx, between)
+	default:
+		// A restarter that cannot wait between: before, then, racing the
+		// old consumer's last writes.
+		if err = between(); err == nil {
+			err = g.Restarter.Restart(rctx)
+		}
+	}
+	if err != nil {
 		return err
 	}
 	named, ok := g.Restarter.(NamedProcess)

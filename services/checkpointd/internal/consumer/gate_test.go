@@ -42,6 +42,7 @@ func (f *fakeNode) SetConsumer(s *nodeconfigv1.ConfigSource, phase nodeconfigv1.
 	next := &nodeconfigv1.ConsumerRecord{Source: s, Phase: phase, Since: timestamppb.Now(), Message: message}
 	if prev := f.recs.GetConsumer(); records.SameSource(prev.GetSource(), s) {
 		next.ReadyBefore = prev.GetReadyBefore()
+		next.Disruption = prev.GetDisruption()
 	}
 	f.recs.Consumer = next
 	return true, nil
@@ -57,6 +58,15 @@ func (f *fakeNode) SetReadyBefore(s *nodeconfigv1.ConfigSource, pods []string) (
 }
 
 func (f *fakeNode) SeenHealthy(*nodeconfigv1.ConfigSource) error { return nil }
+
+func (f *fakeNode) StateFilesRemoved(s *nodeconfigv1.ConfigSource) (bool, error) {
+	c := f.recs.GetConsumer()
+	if !records.SameSource(c.GetSource(), s) || c.GetDisruption() == nil {
+		return false, nil
+	}
+	c.Disruption.Removed = timestamppb.Now()
+	return true, nil
+}
 
 func (f *fakeNode) RollBack(s *nodeconfigv1.ConfigSource, reason, message string) (bool, error) {
 	lkg := f.recs.GetLastKnownGood()

@@ -182,26 +182,10 @@ func (s Systemd) String() string { return "systemd (unit " + s.Unit + ")" }
 
 // Restart asks systemd to restart the unit and waits for the job's result.
 func (s Systemd) Restart(ctx context.Context) error {
-	connect := s.Connect
-	if connect == nil {
-		connect = dbus.NewSystemConnectionContext
-	}
-	conn, err := connect(ctx)
+	conn, err := s.connect(ctx)
 	if err != nil {
-		return fmt.Errorf("connect to the system bus: %w", err)
+		return err
 	}
 	defer conn.Close()
-	done := make(chan string, 1)
-	if _, err := conn.RestartUnitContext(ctx, s.Unit, "replace", done); err != nil {
-		return fmt.Errorf("restart unit %s: %w", s.Unit, err)
-	}
-	select {
-	case result := <-done:
-		if result != "done" {
-			return fmt.Errorf("restart unit %s: job %s", s.Unit, result)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("restart unit %s: %w", s.Unit, ctx.Err())
-	}
+	return job(ctx, s.Unit, "restart", func(done chan<- string) (int, error) { return conn.RestartUnitContext(ctx, s.Unit, "replace", done) })
 }

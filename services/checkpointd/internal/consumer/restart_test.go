@@ -87,6 +87,25 @@ func privateBus(t *testing.T) string {
 }
 
 func TestSystemdRestartsTheUnitOverTheBus(t *testing.T) {
+	var fake *fakeSystemd
+	r := systemdOnBus(t, func(conn *dbus.Conn) any {
+		fake = &fakeSystemd{conn: conn, restarted: make(chan string, 1)}
+		return fake
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-fake.restarted; got != "kubelet.service replace" {
+		t.Fatalf("systemd was asked %q, want kubelet.service replace", got)
+	}
+}
+
+// systemdOnBus serves the manager newFake makes as systemd on a private
+// bus, and gives a Systemd restarter that reaches it there.
+func systemdOnBus(t *testing.T, newFake func(*dbus.Conn) any) Systemd {
+	t.Helper()
 	addr := privateBus(t)
 	dial := func() (*dbus.Conn, error) {
 		conn, err := dbus.Dial(addr)
@@ -107,21 +126,12 @@ func TestSystemdRestartsTheUnitOverTheBus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer server.Close()
-	fake := &fakeSystemd{conn: server, restarted: make(chan string, 1)}
-	if err := server.Export(fake, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager"); err != nil {
+	t.Cleanup(func() { server.Close() })
+	if err := server.Export(newFake(server), "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager"); err != nil {
 		t.Fatal(err)
 	}
 	if reply, err := server.RequestName("org.freedesktop.systemd1", dbus.NameFlagDoNotQueue); err != nil || reply != dbus.RequestNameReplyPrimaryOwner {
 		t.Fatalf("own the systemd name: %v %v", reply, err)
 	}
-	r := Systemd{Unit: "kubelet.service", Connect: func(context.Context) (*sdbus.Conn, error) { return sdbus.NewConnection(dial) }}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := r.Restart(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := <-fake.restarted; got != "kubelet.service replace" {
-		t.Fatalf("systemd was asked %q, want kubelet.service replace", got)
-	}
+	return Systemd{Unit: "kubelet.service", Connect: func(context.Context) (*sdbus.Conn, error) { return sdbus.NewConnection(dial) }}
 }

@@ -100,7 +100,10 @@ func (s *Service) SetAssigned(_ context.Context, req *nodeconfigv1.SetAssignedRe
 	if _, ok := nodeconfigv1.Validator_name[int32(req.GetValidator())]; !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "unknown validator %d", req.GetValidator())
 	}
-	a := lifecycle.Assignment{Source: req.GetSource(), SoakSeconds: req.GetSoakSeconds(), Validator: req.GetValidator(), NodeConfig: req.GetNodeConfig(), Health: req.GetHealth()}
+	if req.GetDrain().GetTimeoutSeconds() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "drain.timeout_seconds must not be negative (0 means the default of 300)")
+	}
+	a := lifecycle.Assignment{Source: req.GetSource(), SoakSeconds: req.GetSoakSeconds(), Validator: req.GetValidator(), NodeConfig: req.GetNodeConfig(), Health: req.GetHealth(), Drain: req.GetDrain()}
 	if a.SoakSeconds == 0 {
 		a.SoakSeconds = lifecycle.DefaultSoakSeconds
 	}

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 
 	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/services/configcheck/disruption"
+	"nodeconfig.io/services/configcheck/kubeletcheck"
 )
 
 // ConsumerNode is the lifecycle as the consumer gate sees it.
@@ -39,6 +42,9 @@ func (c ConsumerNode) SetConsumer(src *nodeconfigv1.ConfigSource, phase nodeconf
 		if proto.Equal(prev.GetSource(), src) {
 			next.HealthyBefore = durationpb.New(healthyBefore(prev))
 			next.ReadyBefore = prev.GetReadyBefore()
+			// What the restart onto src took stays said, and so does
+			// whether its state files went.
+			next.Disruption = prev.GetDisruption()
 		}
 		if phase == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY {
 			next.SeenHealthy = now
@@ -123,8 +129,11 @@ func (c ConsumerNode) RollBack(src *nodeconfigv1.ConfigSource, reason, message s
 }
 
 // consumerStale records, inside a records update that changes the file,
-// that the consumer must be restarted onto the new active config.
-func (n *Node) consumerStale(r *nodeconfigv1.Records, now *timestamppb.Timestamp) {
+// that the consumer must be restarted onto the new active config, and
+// what that takes beyond a restart (d; nil: a restart). A restart still
+// to come carries over what it had to do: the kubelet still runs the file
+// before it.
+func (n *Node) consumerStale(r *nodeconfigv1.Records, now *timestamppb.Timestamp, d *nodeconfigv1.Disruption) {
 	if n.consumer == nil {
 		return
 	}
@@ -132,7 +141,30 @@ func (n *Node) consumerStale(r *nodeconfigv1.Records, now *timestamppb.Timestamp
 	if r.Active != nil {
 		src = r.Active.GetSource()
 	}
-	r.Consumer = &nodeconfigv1.ConsumerRecord{Source: src, Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, Since: now}
+	if prev := r.GetConsumer(); prev.GetPhase() == nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING && prev.GetDisruption() != nil {
+		d = unionDisruption(prev.GetDisruption(), d)
+	}
+	r.Consumer = &nodeconfigv1.ConsumerRecord{Source: src, Phase: nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING, Since: now, Disruption: d}
+}
+
+// unionDisruption is what two changes in a row need when the kubelet was
+// not restarted between them: every field either changes (a superset of
+// what the two together change) and every state file either removes but
+// has not removed yet.
+func unionDisruption(prev, next *nodeconfigv1.Disruption) *nodeconfigv1.Disruption {
+	out := &nodeconfigv1.Disruption{}
+	for _, d := range []*nodeconfigv1.Disruption{prev, next} {
+		out.Fields = append(out.Fields, d.GetFields()...)
+		if d.GetRemoved() == nil {
+			out.Remove = append(out.Remove, d.GetRemove()...)
+		}
+	}
+	out.Fields = slices.Compact(slices.Sorted(slices.Values(out.Fields)))
+	out.Remove = slices.Compact(slices.Sorted(slices.Values(out.Remove)))
+	if len(out.Fields) == 0 && len(out.Remove) == 0 {
+		return nil
+	}
+	return out
 }
 
 // consumerUnchanged records, inside a records update that changes the
@@ -144,27 +176,94 @@ func (n *Node) consumerUnchanged(r *nodeconfigv1.Records, now *timestamppb.Times
 		Message: records.NoRestartNeeded + "the kubelet's effective config is the same on the new file"}
 }
 
-// sameForTheKubelet reports whether the kubelet, healthy on the file as it
-// is, would start with the same effective config on content (a reformatted
-// file, or one that says again what the node's own files say): then the
-// file is written and the kubelet is not restarted. Where that cannot be
-// told, it is restarted.
-func (n *Node) sameForTheKubelet(recs *nodeconfigv1.Records, content []byte) bool {
-	c := recs.GetConsumer()
-	if n.consumer == nil || n.kubelet == nil || c.GetPhase() != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY ||
-		!records.SameSource(c.GetSource(), recs.GetActive().GetSource()) {
-		return false
+// kubeletChange is the kubelet's effective config with the file as it is
+// on disk (now) and with a new content in its place (then).
+type kubeletChange struct{ now, then *kubeletcheck.Effective }
+
+// kubeletChangeTo is the change content (nil: no file) makes to the
+// kubelet's effective config; nil where it cannot be told (no kubelet
+// files known, or either file does not merge): then the kubelet is
+// restarted, and nothing more is known of what that takes.
+func (n *Node) kubeletChangeTo(content []byte) *kubeletChange {
+	if n.kubelet == nil {
+		return nil
 	}
 	onDisk, err := n.target.Read()
 	if err != nil {
-		return false
+		return nil
 	}
 	now, err := n.kubelet.Effective(context.Background(), onDisk)
 	if err != nil {
-		return false
+		return nil
 	}
 	then, err := n.kubelet.Effective(context.Background(), content)
-	return err == nil && equality.Semantic.DeepEqual(now.Config, then.Config)
+	if err != nil {
+		return nil
+	}
+	return &kubeletChange{now: now, then: then}
+}
+
+// same says whether the kubelet would start with the same effective
+// config (a reformatted file, or one that says again what the node's own
+// files say).
+func (c *kubeletChange) same() bool {
+	return c != nil && equality.Semantic.DeepEqual(c.now.Config, c.then.Config)
+}
+
+// plan is what the change needs beyond a restart (docs/disruption.md);
+// ok is false where it cannot be told.
+func (c *kubeletChange) plan() (p disruption.Plan, ok bool) {
+	if c == nil {
+		return p, false
+	}
+	p, err := disruption.For(c.now, c.then)
+	return p, err == nil
+}
+
+// record is the plan as the consumer record keeps it (nil: a restart).
+func (c *kubeletChange) record() *nodeconfigv1.Disruption {
+	p, ok := c.plan()
+	if !ok || !p.Restart() {
+		return nil
+	}
+	return &nodeconfigv1.Disruption{Fields: p.Fields, Remove: p.Remove}
+}
+
+// sameForTheKubelet reports whether the kubelet, healthy on the file as it
+// is, would start with the same effective config after change: then the
+// file is written and the kubelet is not restarted. Where that cannot be
+// told, it is restarted.
+func (n *Node) sameForTheKubelet(recs *nodeconfigv1.Records, change *kubeletChange) bool {
+	c := recs.GetConsumer()
+	if n.consumer == nil || c.GetPhase() != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_HEALTHY ||
+		!records.SameSource(c.GetSource(), recs.GetActive().GetSource()) {
+		return false
+	}
+	return change.same()
+}
+
+// StateFilesRemoved records that the state files the restart onto src
+// removes are removed, so that a restart after it leaves the new
+// kubelet's alone; false when src is no longer what the consumer is
+// restarting onto.
+func (c ConsumerNode) StateFilesRemoved(src *nodeconfigv1.ConfigSource) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ok := false
+	_, err := c.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
+		cur := r.GetConsumer()
+		if !records.SameSource(r.GetActive().GetSource(), src) || !records.SameSource(cur.GetSource(), src) ||
+			cur.GetPhase() != nodeconfigv1.ConsumerPhase_CONSUMER_PHASE_RESTARTING || cur.GetDisruption() == nil {
+			return false, nil
+		}
+		ok = true
+		if cur.GetDisruption().GetRemoved() != nil {
+			return false, nil
+		}
+		cur.Disruption.Removed = now
+		return true, nil
+	})
+	return ok, err
 }
 
 func (n *Node) wakeConsumer() {

@@ -60,6 +60,9 @@ type Node struct {
 	// rules, when set, are the node's own field policy, checked at every
 	// activation whatever the reconciler decided.
 	rules *fieldpolicy.Rules
+	// drainer, when set, drains the node before a change that needs it
+	// (RunDrains); without it such a change is an early error.
+	drainer Drainer
 
 	// mu orders record changes with target writes, so the file on disk and
 	// the active record never disagree for long.
@@ -95,6 +98,9 @@ type Options struct {
 	// Rules, when set, refuse at activation what the node's field policy
 	// refuses (a late RefusedByPolicy error: nothing is written).
 	Rules *fieldpolicy.Rules
+	// Drainer, when set, drains the node before a change that needs one
+	// (a kubelet field, or the NodeConfig's spec.rollout.drain).
+	Drainer Drainer
 }
 
 // Consumer is the gate of the file's consumer (consumer.Gate): woken after
@@ -110,7 +116,7 @@ func New(o Options) *Node {
 		o.Log = slog.Default()
 	}
 	return &Node{store: o.Store, target: o.Target, metrics: o.Metrics, log: o.Log, maxWatchers: o.MaxWatchers, consumer: o.Consumer, kubelet: o.Kubelet, guard: o.Guard, rules: o.Rules,
-		locate: o.Locate}
+		locate: o.Locate, drainer: o.Drainer}
 }
 
 // Records returns the node's records.
@@ -126,6 +132,9 @@ type Assignment struct {
 	NodeConfig string
 	// Health names the trial's own health gates (nil: the default alone).
 	Health *nodeconfigv1.HealthGates
+	// Drain says when the node drains before the change (nil: only when a
+	// changed field needs it).
+	Drain *nodeconfigv1.DrainPolicy
 }
 
 // Assign records the config the node will try to use; it is refused
@@ -155,10 +164,10 @@ func (n *Node) Assign(a Assignment) (*nodeconfigv1.Records, error) {
 		}
 		prev := r.GetAssigned()
 		if prev != nil && proto.Equal(prev.GetSource(), src) && prev.GetSoakSeconds() == a.SoakSeconds && prev.GetValidator() == a.Validator &&
-			proto.Equal(prev.GetHealth(), a.Health) {
+			proto.Equal(prev.GetHealth(), a.Health) && proto.Equal(prev.GetDrain(), a.Drain) {
 			return false, nil
 		}
-		r.Assigned = &nodeconfigv1.AssignedRecord{Source: src, SoakSeconds: a.SoakSeconds, Validator: a.Validator, WrittenAt: now, NodeConfig: a.NodeConfig, Health: a.Health}
+		r.Assigned = &nodeconfigv1.AssignedRecord{Source: src, SoakSeconds: a.SoakSeconds, Validator: a.Validator, WrittenAt: now, NodeConfig: a.NodeConfig, Health: a.Health, Drain: a.Drain}
 		// The error (and the reset) belonged to what came before, unless
 		// this version already failed late here: its mark stands.
 		r.Error, r.LastReset = nil, nil
@@ -230,12 +239,30 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 		}
 		return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, recs, nil
 	}
+	change := n.kubeletChangeTo(content)
+	if !records.SameSource(recs.GetActive().GetSource(), assigned.GetSource()) {
+		// What the change needs beyond a restart, judged before anything
+		// is written: a refusal, or a drain first.
+		plan, known := change.plan()
+		if err := plan.RefusedError(); known && err != nil {
+			recs, err := n.rollBackLocked(records.ReasonChangeRefused, fmt.Sprintf("%s was refused: %v", describeExactly(assigned.GetSource()), err), assigned.GetSource())
+			if err != nil {
+				return 0, nil, err
+			}
+			return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, recs, nil
+		}
+		if why := drainWhy(assigned, plan, known); why != "" {
+			if drained, recs, err := n.drainFirstLocked(recs, why); err != nil || !drained {
+				return nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_DRAINING, recs, err
+			}
+		}
+	}
 	if err := n.guardActivatingLocked(recs); err != nil {
 		// No trial the guard does not know of: a kubelet that cannot start
 		// on it would have nothing to bring it back.
 		return 0, nil, n.writeFailedLocked(fmt.Sprintf("cannot tell the start guard of %s: %v", describeExactly(assigned.GetSource()), err), err)
 	}
-	same := n.sameForTheKubelet(recs, content)
+	same := n.sameForTheKubelet(recs, change)
 	if err := n.target.Write(content); err != nil {
 		// The trial never began: the guard counts none of its starts.
 		n.syncGuardLocked()
@@ -248,7 +275,7 @@ func (n *Node) activateLocked() (nodeconfigv1.ActivateOutcome, *nodeconfigv1.Rec
 			if same {
 				n.consumerUnchanged(r, now)
 			} else {
-				n.consumerStale(r, now)
+				n.consumerStale(r, now, change.record())
 			}
 			changed = true
 		}
@@ -328,6 +355,9 @@ func (n *Node) rollBackLocked(reason, message string, failed *nodeconfigv1.Confi
 		n.log.Error("last-known-good does not load; falling back to the local default", "err", err)
 		fallback, content = nil, nil
 	}
+	// The way back needs what the way there did, in reverse (a state
+	// file written under the failed config).
+	change := n.kubeletChangeTo(content)
 	if _, err := n.target.Ensure(content); err != nil {
 		// Nothing is recorded as rolled back until the file says so.
 		return nil, n.writeFailedLocked(fmt.Sprintf("cannot roll back to %s at %s: %v", describeExactly(fallback.GetSource()), n.target.Path(), err), err)
@@ -343,7 +373,7 @@ func (n *Node) rollBackLocked(reason, message string, failed *nodeconfigv1.Confi
 			r.Active = &nodeconfigv1.SourceRecord{Source: fallback.GetSource(), WrittenAt: now}
 		}
 		if switched {
-			n.consumerStale(r, now)
+			n.consumerStale(r, now, change.record())
 		}
 		if lkgFailed {
 			r.LastKnownGood = nil
@@ -435,6 +465,7 @@ func (n *Node) SetError(e *nodeconfigv1.ConfigError) (*nodeconfigv1.Records, err
 func (n *Node) Reset(soakSeconds int64, nodeConfig string) (*nodeconfigv1.Records, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	change := n.kubeletChangeTo(nil)
 	recs, err := n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
 		if r.Assigned == nil && r.Active == nil && r.LastKnownGood == nil && r.Error == nil {
 			return false, nil
@@ -447,7 +478,7 @@ func (n *Node) Reset(soakSeconds int64, nodeConfig string) (*nodeconfigv1.Record
 		r.LastReset = &nodeconfigv1.ResetRecord{From: from, At: now, SoakSeconds: soakSeconds, NodeConfig: nodeConfig}
 		r.Assigned, r.Active, r.LastKnownGood, r.Error = nil, nil, nil, nil
 		if hadActive {
-			n.consumerStale(r, now)
+			n.consumerStale(r, now, change.record())
 		}
 		return true, nil
 	})
@@ -557,7 +588,9 @@ func (n *Node) repairLocked() (bool, error) {
 		if n.consumer != nil {
 			// The consumer may have read the drifted file: restart it onto the repaired one.
 			if _, err := n.store.UpdateRecords(func(r *nodeconfigv1.Records, now *timestamppb.Timestamp) (bool, error) {
-				n.consumerStale(r, now)
+				// What the kubelet read of the drifted file is not known:
+				// a restart, and what one still to come had to do.
+				n.consumerStale(r, now, nil)
 				return true, nil
 			}); err != nil {
 				return true, err

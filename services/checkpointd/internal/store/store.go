@@ -429,6 +429,9 @@ func (s *Store) Records() (*nodeconfigv1.Records, error) {
 	return recs, err
 }
 
+// Now is the store's clock: the time its records are written at.
+func (s *Store) Now() time.Time { return s.now() }
+
 // UpdateRecords applies change to the records in one durable transaction.
 // change receives a copy and the transaction's time, which it uses as the
 // write time of every record it sets. If change reports no change, nothing

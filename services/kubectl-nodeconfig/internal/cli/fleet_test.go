@@ -142,7 +142,7 @@ func (r *fakeReconciler) ListNodes(context.Context, *nodeconfigv1.ListNodesReque
 }
 
 // serveReconciler serves r on 127.0.0.1 until the test ends.
-func serveReconciler(tb testing.TB, r *fakeReconciler) string {
+func serveReconciler(tb testing.TB, r nodeconfigv1.ReconcilerServiceServer) string {
 	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -67,6 +67,8 @@ var meanings = map[string]string{
 	records.ReasonWriteFailed:                 "the node could not write the config file (a read-only or full disk); it retries with backoff and nothing rolled back",
 	records.ReasonKubeletNoConfigDir:          "the node's kubelet runs without --config-dir, so it reads no drop-in and none is written; the message says the flag to add, and the node goes on by itself once the kubelet has it",
 	v1alpha1.NodeReasonActivating:             "the config is assigned and about to be activated",
+	v1alpha1.NodeReasonDraining:               "the change needs a drain first: the node is cordoned and its pods evicted; nothing is written yet",
+	records.ReasonDrainFailed:                 "the drain before the change did not finish within its bound (the message names the pods left); the node is uncordoned, the kubelet not restarted, and the drain is tried again later",
 	v1alpha1.NodeReasonRestarting:             "the config is active and the agent is restarting the kubelet onto it; the soak has not begun",
 	v1alpha1.NodeReasonWaitingForHealth:       "the config is active and the agent waits for the kubelet's healthz; the soak has not begun",
 	v1alpha1.NodeReasonCheckpointdUnavailable: "statusd cannot reach checkpointd, so the node's records are not known",

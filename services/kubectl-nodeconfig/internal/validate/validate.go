@@ -20,6 +20,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -69,12 +70,25 @@ type Check struct {
 	Verdict   string `json:"verdict"`
 	// Reason is the validator's or the policy's words, when not Passed.
 	Reason string `json:"reason,omitempty"`
+	// Node is the node's verdict (validate --node); absent when the node
+	// was not asked: no --node, or refused before any node gets it.
+	Node *NodeCheck `json:"node,omitempty"`
+
+	// What the node is asked about, when judged centrally; not printed
+	// (the printers' converter reads unexported fields too).
+	judged    bool                   `json:"-"`
+	payload   []byte                 `json:"-"`
+	validator nodeconfigv1.Validator `json:"-"`
+	selector  labels.Selector        `json:"-"` // a NodeConfig's
 }
 
 // Report is every check, in the files' order.
 type Report struct {
+	// Node is the node each payload was also judged on (--node).
+	Node   string  `json:"node,omitempty"`
 	Checks []Check `json:"checks"`
-	// Counts by verdict.
+	// Counts by verdict: with a node, a check's worst of its own and the
+	// node's.
 	Passed   int `json:"passed"`
 	Refused  int `json:"refused"`
 	Unjudged int `json:"unjudged"`
@@ -147,7 +161,15 @@ func Run(ctx context.Context, files []File, o Options) (Report, error) {
 
 func (r *Report) add(c Check) {
 	r.Checks = append(r.Checks, c)
-	switch c.Verdict {
+	r.count(c)
+}
+
+func (r *Report) count(c Check) {
+	verdict := c.Verdict
+	if c.Node != nil {
+		verdict = worst(verdict, c.Node.Verdict)
+	}
+	switch verdict {
 	case Passed:
 		r.Passed++
 	case Refused:
@@ -244,7 +266,8 @@ func (o Options) nodeConfig(ctx context.Context, d doc, configMaps map[configMap
 	if c.Validator == "" {
 		c.Validator = "yaml"
 	}
-	if _, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector); err != nil {
+	selector, err := metav1.LabelSelectorAsSelector(nc.Spec.NodeSelector)
+	if err != nil {
 		c.Verdict, c.Reason = Refused, fmt.Sprintf("%s: spec.nodeSelector does not parse: %v", v1alpha1.ReasonInvalidSelector, err)
 		return c
 	}
@@ -253,9 +276,11 @@ func (o Options) nodeConfig(ctx context.Context, d doc, configMaps map[configMap
 		c.Verdict, c.Reason = Refused, fmt.Sprintf("spec.validator %q: want one of kubelet, yaml, json, none", nc.Spec.Validator)
 		return c
 	}
+	c.selector = selector
 	src := nc.Spec.Source
 	if src == nil || src.ConfigMap == nil {
-		c.Verdict = Passed
+		// The local default: the node is asked about its drop-in removed.
+		c.Verdict, c.judged, c.validator = Passed, true, validator
 		return c
 	}
 	cm := src.ConfigMap
@@ -294,10 +319,12 @@ func (o Options) payload(ctx context.Context, c Check, name string, data []byte)
 // judge is the reconciler's central check (its refusal): the field policy,
 // then the validator.
 func (o Options) judge(ctx context.Context, c Check, v nodeconfigv1.Validator, payload []byte) Check {
+	c.payload, c.validator = payload, v
 	if err := o.Rules.Admit(v, payload); err != nil {
 		c.Verdict, c.Reason = Refused, err.Error()
 		return c
 	}
+	c.judged = true
 	err := o.Checker.Payload(ctx, v, payload)
 	switch {
 	case err == nil:
@@ -323,6 +350,9 @@ func Text(w io.Writer, r Report) error {
 		line += ": " + strings.ToLower(c.Verdict)
 		if c.Reason != "" {
 			line += ": " + c.Reason
+		}
+		if c.Node != nil {
+			line += "\n" + c.Node.text()
 		}
 		if _, err := fmt.Fprintln(w, line); err != nil {
 			return err

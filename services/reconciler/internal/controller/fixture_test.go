@@ -208,6 +208,7 @@ type fakeAgent struct {
 	recs      *nodeconfigv1.Records
 	calls     []string
 	puts      []*nodeconfigv1.PutCheckpointRequest
+	previews  []*nodeconfigv1.PreviewConfigRequest
 	lateError bool
 	// putErr fails every PutCheckpoint with it (a full or read-only disk),
 	// activateErr every Activate.

@@ -258,7 +258,7 @@ func (c *Controller) desiredFor(ctx context.Context, nc *v1alpha1.NodeConfig, no
 	// Outside a maintenance window even a drift repair waits: it restarts
 	// the kubelet.
 	pol := c.book.Policy(nc)
-	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: pol.SoakSeconds, NodeConfig: nc.Name, Health: pol.Health,
+	d := policy.Desired{Mode: policy.ModeUse, Validator: validators[nc.Spec.Validator], SoakSeconds: pol.SoakSeconds, NodeConfig: nc.Name, Health: pol.Health, Drain: pol.Drain,
 		CheckDrift: c.book.Held(nc).Reason != v1alpha1.ReasonOutsideWindow}
 	src, data, err := c.resolve(nc)
 	if errors.Is(err, errConfigMapNotListed) {
@@ -374,7 +374,9 @@ func (c *Controller) noteResultLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, r
 // policy asks, or the NodeConfig's periodic reconcile.
 func (c *Controller) scheduleLocked(info *NodeInfo, nc *v1alpha1.NodeConfig, res policy.Result) time.Duration {
 	if res.Err != nil {
-		return info.NextReconcile.Sub(c.o.Now())
+		// Never 0: processNext would take that for no delay and ask the
+		// rate limiter for one, a failure counted twice.
+		return max(info.NextReconcile.Sub(c.o.Now()), time.Millisecond)
 	}
 	var next time.Duration
 	switch {

@@ -21,7 +21,7 @@ type Nodes interface {
 	NodeInfos() []controller.NodeInfo
 	NodeInfo(name string) (controller.NodeInfo, bool)
 	Resync(name string) (syncsStarted uint64)
-	Preview(ctx context.Context, name string) (*controller.Preview, error)
+	Preview(ctx context.Context, name string, candidate *nodeconfigv1.PreviewConfigRequest) (*controller.Preview, error)
 }
 
 // Service implements nodeconfig.v1.ReconcilerService.
@@ -80,7 +80,8 @@ func (s *Service) Resync(_ context.Context, req *nodeconfigv1.ResyncRequest) (*n
 	return &nodeconfigv1.ResyncResponse{SyncsStarted: n.Resync(req.GetNodeName())}, nil
 }
 
-// PreviewNode shows what a node would run with its desired config.
+// PreviewNode shows what a node would run with its desired config, or
+// with the request's candidate.
 func (s *Service) PreviewNode(ctx context.Context, req *nodeconfigv1.PreviewNodeRequest) (*nodeconfigv1.PreviewNodeResponse, error) {
 	if req.GetNodeName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "node_name is required")
@@ -89,14 +90,17 @@ func (s *Service) PreviewNode(ctx context.Context, req *nodeconfigv1.PreviewNode
 	if err != nil {
 		return nil, err
 	}
-	p, err := n.Preview(ctx, req.GetNodeName())
-	if errors.Is(err, controller.ErrNoSuchNode) {
+	p, err := n.Preview(ctx, req.GetNodeName(), req.GetCandidate())
+	switch {
+	case errors.Is(err, controller.ErrNoSuchNode):
 		return nil, status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, controller.ErrCandidateTooLarge):
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	return &nodeconfigv1.PreviewNodeResponse{NodeConfig: p.NodeConfig, Source: p.Source, Payload: p.Payload, Preview: p.Node}, nil
+	return &nodeconfigv1.PreviewNodeResponse{NodeConfig: p.NodeConfig, Source: p.Source, Payload: p.Payload, Preview: p.Node, Candidate: req.GetCandidate() != nil}, nil
 }
 
 func toProto(info controller.NodeInfo) *nodeconfigv1.NodeState {

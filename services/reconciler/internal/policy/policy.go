@@ -47,6 +47,9 @@ type Desired struct {
 	// Health names the NodeConfig's own health gates, which the node
 	// judges the trial by beyond its default (nil: none).
 	Health *nodeconfigv1.HealthGates
+	// Drain says when the node drains before the change, and within what
+	// bound (nil: only when a changed field needs it).
+	Drain *nodeconfigv1.DrainPolicy
 	// Runs are versions with Source's bytes under another name (the
 	// ConfigMap version a revision was read from): a node that runs one
 	// as its active and last-known-good config needs nothing, no trial.
@@ -189,7 +192,7 @@ func syncUse(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, re
 		return startTrial(ctx, agent, recs, d, now)
 	}
 	if a != nil && records.SameSource(a.GetSource(), d.Source) && a.GetValidator() == d.Validator && a.GetSoakSeconds() == d.SoakSeconds &&
-		proto.Equal(a.GetHealth(), d.Health) {
+		proto.Equal(a.GetHealth(), d.Health) && proto.Equal(a.GetDrain(), d.Drain) {
 		return continueTrial(ctx, agent, recs, d, now)
 	}
 	if records.SameSource(d.Source, recs.GetLastKnownGood().GetSource()) {
@@ -282,7 +285,7 @@ func startTrial(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient,
 			Message: fmt.Sprintf("checkpoint %s: %v", records.Describe(src), status.Convert(err).Message())}
 		return earlyError(ctx, agent, recs, e)
 	}
-	resp, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig, Health: d.Health})
+	resp, err := agent.SetAssigned(ctx, &nodeconfigv1.SetAssignedRequest{Source: src, SoakSeconds: d.SoakSeconds, Validator: d.Validator, NodeConfig: d.NodeConfig, Health: d.Health, Drain: d.Drain})
 	if err != nil {
 		e := &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: v1alpha1.NodeReasonCheckpointFailed,
 			Message: fmt.Sprintf("record assigned %s: %v", records.Describe(src), status.Convert(err).Message())}
@@ -318,6 +321,11 @@ func activate(ctx context.Context, agent nodeconfigv1.CheckpointServiceClient, r
 			State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK, Records: recs,
 			Events: []Event{{Warning: true, Reason: v1alpha1.EventConfigRolledBack, Message: fmt.Sprintf("%s; rolled back to %s", recs.GetError().GetError().GetMessage(), records.Describe(recs.GetActive().GetSource()))}},
 		}
+	case nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_DRAINING:
+		// The node drains before the change and activates it by itself
+		// then: on trial all along (it counts in maxInTrial), looked at
+		// as often as a restart is.
+		return Result{State: nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING, Records: recs, RequeueAfter: ConsumerPoll}
 	case nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ACTIVATED:
 		res := afterActive(recs, now)
 		res.Events = append([]Event{{Reason: v1alpha1.EventConfigActivated, Message: fmt.Sprintf("activated %s", records.Describe(src))}}, res.Events...)
@@ -425,7 +433,8 @@ func stateOf(recs *nodeconfigv1.Records) nodeconfigv1.LifecycleState {
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING
 	case recs.GetAssigned() == nil:
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_LOCAL_DEFAULT
-	case records.Soaking(recs):
+	case records.Soaking(recs), records.SameSource(recs.GetDrain().GetSource(), recs.GetAssigned().GetSource()):
+		// A node that drains for its change is on trial as one that soaks it.
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING
 	case records.SameSource(recs.GetAssigned().GetSource(), recs.GetLastKnownGood().GetSource()):
 		return nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ACTIVE

@@ -28,7 +28,11 @@ type fakeAgent struct {
 	calls       []string
 
 	down, lateError, drift bool
-	putErr                 error // what PutCheckpoint answers, when set
+	// draining, when set, has Activate answer that the node drains first,
+	// as checkpointd does for a change that needs a drain; drainFailed,
+	// that its last drain failed (an early error).
+	draining, drainFailed bool
+	putErr                error // what PutCheckpoint answers, when set
 	// repairErr, when set, is the early error RepairDrift records and
 	// fails with, as checkpointd's for a file it cannot put in place.
 	repairErr  *nodeconfigv1.ConfigError
@@ -87,7 +91,7 @@ func (f *fakeAgent) SetAssigned(_ context.Context, r *nodeconfigv1.SetAssignedRe
 	if !f.checkpoints[r.GetSource().GetUid()+"/"+r.GetSource().GetResourceVersion()] {
 		return nil, status.Error(codes.FailedPrecondition, "no checkpoint")
 	}
-	f.recs.Assigned = &nodeconfigv1.AssignedRecord{Source: r.GetSource(), SoakSeconds: r.GetSoakSeconds(), Validator: r.GetValidator(), WrittenAt: timestamppb.New(f.now)}
+	f.recs.Assigned = &nodeconfigv1.AssignedRecord{Source: r.GetSource(), SoakSeconds: r.GetSoakSeconds(), Validator: r.GetValidator(), WrittenAt: timestamppb.New(f.now), Drain: r.GetDrain()}
 	f.recs.Error = nil
 	return &nodeconfigv1.SetAssignedResponse{Records: f.out()}, nil
 }
@@ -102,6 +106,14 @@ func (f *fakeAgent) Activate(context.Context, *nodeconfigv1.ActivateRequest, ...
 		f.recs.Active = f.recs.GetLastKnownGood()
 		f.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_LATE, Reason: "ValidationFailed", Message: "bad"}}
 		return &nodeconfigv1.ActivateResponse{Outcome: nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_ROLLED_BACK, Records: f.out()}, nil
+	}
+	if f.drainFailed {
+		f.recs.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: records.ReasonDrainFailed, Message: "1 pods left on the node: app/blocker"}}
+		return nil, status.Error(codes.FailedPrecondition, "app/blocker (recorded as an early error DrainFailed; retry)")
+	}
+	if f.draining {
+		f.recs.Drain = &nodeconfigv1.DrainRecord{Source: f.recs.GetAssigned().GetSource(), Phase: nodeconfigv1.DrainPhase_DRAIN_PHASE_DRAINING}
+		return &nodeconfigv1.ActivateResponse{Outcome: nodeconfigv1.ActivateOutcome_ACTIVATE_OUTCOME_DRAINING, Records: f.out()}, nil
 	}
 	if !records.SameSource(f.recs.GetActive().GetSource(), f.recs.GetAssigned().GetSource()) {
 		f.recs.Active = &nodeconfigv1.SourceRecord{Source: f.recs.GetAssigned().GetSource(), WrittenAt: timestamppb.New(f.now)}
@@ -369,6 +381,44 @@ func TestSoakedConfigIsPromotedWhateverHoldsTheNode(t *testing.T) {
 				t.Fatalf("after the soak: last-known-good %v, events %v; want version 1 promoted", f.recs.GetLastKnownGood(), r.Events)
 			}
 		})
+	}
+}
+
+// A change the node drains for first: the NodeConfig's drain reaches the
+// node with the assignment; the node is on trial while it drains, looked
+// at as often as a restart; a failed drain is the node's early error, kept
+// (not cleared by the sync) and retried with backoff.
+func TestADrainingNodeIsOnTrialAndItsDrainFailureIsKept(t *testing.T) {
+	f := newFake(t0)
+	f.draining = true
+	d := use("1")
+	d.Drain = &nodeconfigv1.DrainPolicy{Always: true, TimeoutSeconds: 60}
+	r := Sync(context.Background(), f, d, t0)
+	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || r.RequeueAfter != ConsumerPoll {
+		t.Fatalf("result %+v; want SOAKING, looked at again in %s", r, ConsumerPoll)
+	}
+	if !proto.Equal(f.recs.GetAssigned().GetDrain(), d.Drain) {
+		t.Fatalf("assigned %v; want the NodeConfig's drain sent with it", f.recs.GetAssigned())
+	}
+	if got := stateOf(f.out()); got != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING {
+		t.Fatalf("the records of a draining node read as %v; want SOAKING", got)
+	}
+	f.calls = nil
+	r = Sync(context.Background(), f, d, t0)
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || !slices.Equal(f.calls, []string{"GetRecords", "Activate"}) {
+		t.Fatalf("result %+v, calls %v; want the same assignment asked to activate again", r, f.calls)
+	}
+	f.draining, f.drainFailed = false, true
+	f.calls = nil
+	r = Sync(context.Background(), f, d, t0)
+	if r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_FAILING || r.Err == nil || !strings.Contains(r.Err.Error(), "DrainFailed: 1 pods left on the node: app/blocker") || slices.Contains(f.calls, "SetError") {
+		t.Fatalf("result %+v, calls %v; want FAILING with the node's DrainFailed, not cleared", r, f.calls)
+	}
+	f.drainFailed = false
+	f.recs.Drain = nil
+	r = Sync(context.Background(), f, d, t0)
+	if r.Err != nil || r.State != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_SOAKING || !records.SameSource(f.recs.GetActive().GetSource(), src("1")) {
+		t.Fatalf("result %+v; want the change active once drained", r)
 	}
 }
 

@@ -142,3 +142,21 @@ func TestForgetFreesTheDeparture(t *testing.T) {
 		t.Fatalf("a forgotten node is remembered leaving %q, following %q", from, following)
 	}
 }
+
+// A node that drains before its change is on trial (its sync says
+// SOAKING), and so is one whose drain failed (FAILING mid-trial): both
+// keep their place, also to a reconciler that never admitted them (a
+// fail-over).
+func TestADrainingNodeKeepsItsPlace(t *testing.T) {
+	b := newBook()
+	nc := nodeConfig("nc", 2)
+	draining := assignedV1()
+	draining.Drain = &nodeconfigv1.DrainRecord{Source: draining.GetAssigned().GetSource(), Phase: nodeconfigv1.DrainPhase_DRAIN_PHASE_DRAINING}
+	b.Synced("n1", Sync{Facts: Facts{State: soaking, NodeConfig: "nc", Records: draining}})
+	drainFailed := assignedV1()
+	drainFailed.Error = &nodeconfigv1.ErrorRecord{Error: &nodeconfigv1.ConfigError{Phase: nodeconfigv1.ErrorPhase_ERROR_PHASE_EARLY, Reason: "DrainFailed"}}
+	b.Synced("n2", Sync{Facts: Facts{State: failing, NodeConfig: "nc", Records: drainFailed}, Failed: true})
+	if got := b.Admit(nc, "n3", v1, everyone(10)); got != policy.Wait {
+		t.Fatalf("beside a draining node and one whose drain failed, maxInTrial 2: %v, want Wait", got)
+	}
+}

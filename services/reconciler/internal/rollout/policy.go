@@ -28,6 +28,9 @@ type Policy struct {
 	// HealthErr says why they cannot be gates (the CEL expression does
 	// not compile): no trial starts then.
 	HealthErr error
+	// Drain is the NodeConfig's drains, as the nodes get them (nil: only
+	// when a changed field needs one, within the nodes' default bound).
+	Drain *nodeconfigv1.DrainPolicy
 }
 
 // MaxInTrial is how many of total nodes may be on trial at once.
@@ -45,6 +48,9 @@ func ParsePolicy(nc *v1alpha1.NodeConfig) *Policy {
 		p.SoakSeconds = v1alpha1.DefaultSoakSeconds
 	}
 	p.Health, p.HealthErr = healthGates(nc.Spec.Health)
+	if d := nc.Spec.Rollout.Drain; d != nil {
+		p.Drain = &nodeconfigv1.DrainPolicy{Always: d.When == v1alpha1.DrainAlways, TimeoutSeconds: d.TimeoutSeconds}
+	}
 	for i, w := range nc.Spec.Rollout.Windows {
 		pw, err := pacing.ParseWindow(w.Days, w.Start, w.End, w.TimeZone)
 		if err != nil {

@@ -77,3 +77,21 @@ func TestHealthGatesReachTheNodesOrHoldTheRollout(t *testing.T) {
 		t.Fatalf("gates for the nodes %v; want the spec's", g)
 	}
 }
+
+// The NodeConfig's drain reaches the nodes as their drain policy: Always
+// drains every change, Needed only those a changed field needs; none sent
+// without one (the nodes' default bound).
+func TestTheDrainReachesTheNodes(t *testing.T) {
+	nc := nodeConfig("nc", 1)
+	if p := ParsePolicy(nc); p.Drain != nil {
+		t.Fatalf("no drain in the spec: %v", p.Drain)
+	}
+	nc.Spec.Rollout.Drain = &v1alpha1.Drain{When: v1alpha1.DrainAlways, TimeoutSeconds: 90}
+	if p := ParsePolicy(nc); !p.Drain.GetAlways() || p.Drain.GetTimeoutSeconds() != 90 {
+		t.Fatalf("drain Always within 90s: %v", p.Drain)
+	}
+	nc.Spec.Rollout.Drain.When = v1alpha1.DrainNeeded
+	if p := ParsePolicy(nc); p.Drain.GetAlways() || p.Drain.GetTimeoutSeconds() != 90 {
+		t.Fatalf("drain Needed within 90s: %v", p.Drain)
+	}
+}

@@ -27,7 +27,7 @@ import (
 const Component = "nodeconfig-agent"
 
 // ownReasons are the late errors the node decides by itself.
-var ownReasons = []string{records.ReasonConsumerUnhealthy, records.ReasonHealthGateFailed, records.ReasonStartGuardFellBack, records.ReasonRefusedByPolicy}
+var ownReasons = []string{records.ReasonConsumerUnhealthy, records.ReasonHealthGateFailed, records.ReasonStartGuardFellBack, records.ReasonRefusedByPolicy, records.ReasonChangeRefused}
 
 // recent is how old a rollback may be and still be told: an agent that
 // starts long after one does not tell it again as news.

@@ -115,6 +115,11 @@ func ReadyCondition(read RecordsFunc) metav1.Condition {
 	case assigned == nil:
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.NodeReasonLocalDefault
 		c.Message = "no config is assigned; the node uses its local default"
+	case recs.GetDrain().GetPhase() == nodeconfigv1.DrainPhase_DRAIN_PHASE_DRAINING && records.SameSource(recs.GetDrain().GetSource(), assigned.GetSource()):
+		d := recs.GetDrain()
+		c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.NodeReasonDraining
+		c.Message = fmt.Sprintf("%s needs a drain first (%s): the node is cordoned and its pods evicted since %s, for at most %ds; nothing is written yet",
+			records.Describe(assigned.GetSource()), d.GetWhy(), d.GetSince().AsTime().UTC().Format(time.RFC3339), d.GetTimeoutSeconds())
 	case !records.SameSource(assigned.GetSource(), recs.GetActive().GetSource()):
 		c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.NodeReasonActivating
 		c.Message = fmt.Sprintf("%s is assigned and about to be activated", records.Describe(assigned.GetSource()))

@@ -82,6 +82,9 @@ func TestReadyConditionOneReasonPerState(t *testing.T) {
 				Message: "the kubelet runs without --config-dir, so it reads no drop-in and the node writes none: add --config-dir=/etc/kubernetes/kubelet.conf.d to the kubelet's flags (KUBELET_EXTRA_ARGS) and restart it"}},
 		}), metav1.ConditionFalse, records.ReasonKubeletNoConfigDir, "add --config-dir=/etc/kubernetes/kubelet.conf.d to the kubelet's flags (KUBELET_EXTRA_ARGS) and restart it; retrying, still using the local default"},
 		{"activating", holding(&nodeconfigv1.Records{Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}}), metav1.ConditionUnknown, v1alpha1.NodeReasonActivating, "about to be activated"},
+		{"draining", holding(&nodeconfigv1.Records{Assigned: &nodeconfigv1.AssignedRecord{Source: src("1")}, Drain: &nodeconfigv1.DrainRecord{
+			Source: src("1"), Phase: nodeconfigv1.DrainPhase_DRAIN_PHASE_DRAINING, Since: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), TimeoutSeconds: 60, Why: "the kubelet fields topologyManagerScope change",
+		}}), metav1.ConditionUnknown, v1alpha1.NodeReasonDraining, "needs a drain first (the kubelet fields topologyManagerScope change): the node is cordoned and its pods evicted since 2026-01-02T03:04:05Z, for at most 60s"},
 		{"checkpointd down", func() (*nodeconfigv1.Records, error) { return nil, errors.New("connection refused") }, metav1.ConditionUnknown, v1alpha1.NodeReasonCheckpointdUnavailable, "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
