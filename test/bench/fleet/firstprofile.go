@@ -14,12 +14,19 @@ import (
 
 // startFirstProfiling, with -profile-first, profiles the first rollout:
 // CPU profiles of the reconciler and the API server over its first
-// -profile-first-seconds, and the reconciler's goroutines every two
-// seconds of them, which show where its workers wait (a rate limiter, a
-// TokenRequest, an agent's call). The returned stop waits for them and
-// saves the reconciler's metrics (its client's request and rate-limiter
-// latencies among them).
+// -profile-first-for, and the reconciler's goroutines every two seconds of
+// them, which show where its workers wait (a rate limiter, a TokenRequest,
+// an agent's call). The returned stop waits for them and saves the
+// reconciler's metrics (its client's request and rate-limiter latencies
+// among them).
 func (r *fleetRun) startFirstProfiling() (stop func() error, err error) {
+	return r.profileLeader("first", "first rollout", r.metricsAddr)
+}
+
+// profileLeader profiles, with -profile-first, the reconciler serving its
+// metrics on metricsAddr as startFirstProfiling says, into files named
+// after prefix.
+func (r *fleetRun) profileLeader(prefix, what, metricsAddr string) (stop func() error, err error) {
 	dir := r.o.profileFirst
 	if dir == "" {
 		return func() error { return nil }, nil
@@ -27,7 +34,7 @@ func (r *fleetRun) startFirstProfiling() (stop func() error, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	base := "http://" + r.metricsAddr
+	base := "http://" + metricsAddr
 	// The reconciler has just started: its endpoint answers a moment later.
 	if err := wait.PollUntilContextTimeout(r.ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		_, err := fetch(base + "/metrics")
@@ -46,10 +53,10 @@ func (r *fleetRun) startFirstProfiling() (stop func() error, err error) {
 		return os.WriteFile(filepath.Join(dir, name), b, 0o644)
 	}
 	g.Go(func() error {
-		return save("first-reconciler.cpu.pprof", func() ([]byte, error) { return fetch(base + "/debug/pprof/profile?seconds=" + seconds) })
+		return save(prefix+"-reconciler.cpu.pprof", func() ([]byte, error) { return fetch(base + "/debug/pprof/profile?seconds=" + seconds) })
 	})
 	g.Go(func() error {
-		return save("first-apiserver.cpu.pprof", func() ([]byte, error) {
+		return save(prefix+"-apiserver.cpu.pprof", func() ([]byte, error) {
 			return r.admin.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", seconds).DoRaw(ctx)
 		})
 	})
@@ -65,7 +72,7 @@ func (r *fleetRun) startFirstProfiling() (stop func() error, err error) {
 				return nil
 			case <-tick.C:
 			}
-			name := fmt.Sprintf("first-reconciler.goroutines.%02d.txt", i*2)
+			name := fmt.Sprintf("%s-reconciler.goroutines.%02d.txt", prefix, i*2)
 			if err := save(name, func() ([]byte, error) { return fetch(base + "/debug/pprof/goroutine?debug=1") }); err != nil {
 				return err
 			}
@@ -74,10 +81,10 @@ func (r *fleetRun) startFirstProfiling() (stop func() error, err error) {
 	return func() error {
 		err := g.Wait()
 		cancel()
-		if serr := save("first-reconciler.metrics.txt", func() ([]byte, error) { return fetch(base + "/metrics") }); serr != nil && err == nil {
+		if serr := save(prefix+"-reconciler.metrics.txt", func() ([]byte, error) { return fetch(base + "/metrics") }); serr != nil && err == nil {
 			err = serr
 		}
-		fmt.Printf("    first rollout's profiles in %s\n", dir)
+		fmt.Printf("    %s's profiles in %s\n", what, dir)
 		return err
 	}, nil
 }

@@ -17,7 +17,7 @@ type options struct {
 	fsync, keep, auth, coldReviews, policyCost bool
 	kubeletLikeNodes, failOnFailedSync         bool
 	idleWithoutStatusd, priorityAndFairness    bool
-	plugin                                     bool
+	plugin, failover                           bool
 	profiles, profileFirst, maxInTrial         string
 	profileFirstFor                            time.Duration
 	ceiling, idle, soak, tokensDue             time.Duration
@@ -39,6 +39,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.idleWithoutStatusd, "idle-without-statusd", false, "with -select, the idle nodes run their checkpointd alone: no statusd, so no API connection or Node watch of theirs")
 	fs.BoolVar(&o.kubeletLikeNodes, "kubelet-like-nodes", false, fmt.Sprintf("create each Node as a real kubelet reports it (labels, addresses, capacity, conditions, system info, %d images; about 20 kB of JSON): every status patch rewrites the whole object in etcd, so its size is part of a change's cost; false: a Node of its name and two labels", kubeletLikeImages))
 	fs.BoolVar(&o.plugin, "plugin", false, "at the end, run the built kubectl plugin (bin/kubectl-nodeconfig) against the settled fleet: status must fit a screen and -o yaml hold what -o json does; their times are printed")
+	fs.BoolVar(&o.failover, "failover", false, "run the reconciler as the install does, two instances electing a leader through a Lease (default timing), and at the end make one more change and kill the leader (SIGKILL) once half the nodes show it active: it prints the time from the kill until the standby, leading, has synced every node and every node shows the change active, against the change's")
 	fs.BoolVar(&o.fsync, "fsync", false, "fsync every store commit and every config file written; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
 	fs.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the state directory")
