@@ -73,7 +73,7 @@ func (r *fleetRun) failOver() error {
 		took.Round(time.Millisecond), took.Seconds()/change.Seconds(), change.Round(time.Millisecond),
 		(took - leaseAfter).Round(time.Millisecond), (took-leaseAfter).Seconds()/change.Seconds())
 	if s, err := readSyncs(r.standbyMetrics); err == nil {
-		fmt.Printf("    the new leader's node syncs: %.0f (%s); TokenRequests %.0f on calls' paths, %.0f ahead\n", s.nodes, s.outcomes(), s.tokensOnUse, s.tokensAhead)
+		fmt.Printf("    the new leader's node syncs: %.0f (%s); TokenRequests %.0f prefetched, %.0f on calls' paths, %.0f ahead\n", s.nodes, s.outcomes(), s.tokensPrefetched, s.tokensOnUse, s.tokensAhead)
 	}
 	fmt.Printf("BenchmarkFleetFailover/nodes=%d 1 %d ns/op %.2f failover-s %.2f failover-x-change %.2f lease-wait-s %.2f failover-all-active-s %.2f failover-synced-s %.2f change-s\n",
 		r.n, took.Nanoseconds(), took.Seconds(), took.Seconds()/change.Seconds(), leaseAfter.Seconds(), activeAfter.Seconds(), syncedAfter.Seconds(), change.Seconds())

@@ -109,7 +109,7 @@ func (r *fleetRun) firstRollout() error {
 		return err
 	}
 	if syncs, err := readSyncs(r.metricsAddr); err == nil {
-		fmt.Printf("    node syncs since the reconciler started: %.0f, %s\n", syncs.nodes, syncs.outcomes())
+		fmt.Printf("    node syncs since the reconciler started: %.0f, %s; TokenRequests %.0f prefetched, %.0f on calls' paths\n", syncs.nodes, syncs.outcomes(), syncs.tokensPrefetched, syncs.tokensOnUse)
 	}
 	return r.watch.waitPromoted(r.ctx, r.cm.ResourceVersion, r.wait)
 }
