@@ -66,6 +66,7 @@ func (o *options) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.server.NodeValidationOnly, "node-validation-only", false, "do not validate a new version before assigning it; leave validation to the nodes (on activation), e.g. while their validator is newer than this reconciler's")
 	fs.StringVar(&o.server.KubeletCheck, "kubelet-check-binary", kubeletexec.DefaultPath(), "the "+kubeletexec.Binary+" binary that runs the kubelet validator of the central validation, one short-lived process per new version; by default the one next to this binary")
 	fs.StringVar(&o.server.NodeEvents, "node-events", "warnings", "which node transitions become Events: warnings (rollbacks, failures, drift) or all (also activated and promoted, two API writes per node per change)")
+	fs.IntVar(&a.TokenPrefetch, "agent-token-prefetch", agents.DefaultTokenPrefetch, "TokenRequests at a time a new leader makes to mint every node's token before its first pass reaches the node, instead of one on each node's first call (0: on the calls only)")
 	fs.IntVar(&a.MaxConnections, "agent-max-connections", agents.DefaultMaxConnections, "most agent connections kept open (least recently used closed first)")
 	fs.IntVar(&o.server.Workers, "workers", 16, "concurrent node syncs (each mostly waits on its agent, so more than the cores)")
 	fs.DurationVar(&o.server.BaseDelay, "retry-base-delay", controller.DefaultBaseDelay, "first retry delay after an early error (doubles per failure)")

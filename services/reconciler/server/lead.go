@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,6 +124,24 @@ func (r *Reconciler) lead(ctx context.Context) {
 		renewing.Go(func() { pool.Tokens.Run(renewCtx, r.o.Log) })
 		defer renewing.Wait()
 		defer stopRenewing()
+	}
+	if pool.Tokens != nil && pool.TokenPrefetch > 0 {
+		// Every node's first sync calls its agent with the node's token: a
+		// new leader holds none, so it mints them in parallel ahead of its
+		// workers, in the order its first pass takes the nodes (the Node
+		// listing's, by name).
+		var prefetching sync.WaitGroup
+		prefetching.Go(func() {
+			if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+				return
+			}
+			names := nodes.Informer().GetStore().ListKeys()
+			slices.Sort(names)
+			start := time.Now()
+			minted := agentPool.PrefetchTokens(ctx, names)
+			r.o.Log.Info("agent tokens minted ahead of the first pass", "nodes", len(names), "minted", minted, "took", time.Since(start).Round(time.Millisecond))
+		})
+		defer prefetching.Wait()
 	}
 	ncFactory.Start(ctx.Done())
 	defer nodesRunning.Wait()

@@ -110,6 +110,10 @@ type Agents struct {
 	TokenBoundPod, TokenBoundPodUID string
 	// MaxConnections bounds the open agent connections.
 	MaxConnections int
+	// TokenPrefetch is how many TokenRequests a new leader makes at a time
+	// to mint the nodes' tokens ahead of its first pass (0: none, each is
+	// minted on its node's first call).
+	TokenPrefetch int
 }
 
 // Reconciler is a configured reconciler; Run drives the fleet.
@@ -151,7 +155,7 @@ func New(o Options) (*Reconciler, error) {
 	}
 	r := &Reconciler{o: o, leader: newLeaderGauge(), pool: agents.Options{
 		Static: o.Agents.Addresses, SocketTemplate: o.Agents.SocketTemplate, Port: o.Agents.Port,
-		Transport: transport, MaxConnections: o.Agents.MaxConnections, Tokens: tokens,
+		Transport: transport, MaxConnections: o.Agents.MaxConnections, Tokens: tokens, TokenPrefetch: o.Agents.TokenPrefetch,
 	}}
 	if r.certs, err = agentSigner(o.Kube, o.Agents, o.Log); err != nil {
 		return nil, err

@@ -82,6 +82,8 @@ func run(o options) (err error) {
 		r.checkSyncs,
 		// The operator's view of it.
 		r.checkPlugin,
+		// A change whose leader dies half-way.
+		r.failOver,
 	} {
 		if err := phase(); err != nil {
 			return err
@@ -110,6 +112,8 @@ type fleetRun struct {
 	reconciler     *proc.Process
 	reconcilerAddr string            // its gRPC API
 	metricsAddr    string            // the reconciler's
+	standby        *proc.Process     // with -failover, the second reconciler
+	standbyMetrics string            // its metrics address
 	pids           cpuPids           // whose CPU the figures count
 	cm             *corev1.ConfigMap // the fleet's config as last written
 	stopProfile    func() error      // nil without -profile

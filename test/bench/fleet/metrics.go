@@ -122,10 +122,10 @@ func runtimeMemory(page []byte) string {
 // node's agent, a NodeConfig sync counts its selected nodes' states; the
 // failed node syncs are retried with backoff, a rollout's stragglers; the
 // waiting ones asked no agent, their ConfigMap not listed yet), and its
-// TokenRequests for the agents' tokens: on a call's path, and renewed
-// ahead in the background.
+// TokenRequests for the agents' tokens: on a call's path, renewed ahead in
+// the background, and minted by a new leader before its first pass.
 type syncCounts struct {
-	nodes, nodesFailed, nodesWaited, nodeConfigs, tokensOnUse, tokensAhead float64
+	nodes, nodesFailed, nodesWaited, nodeConfigs, tokensOnUse, tokensAhead, tokensPrefetched float64
 }
 
 // since is what was counted after before.
@@ -133,6 +133,7 @@ func (s syncCounts) since(before syncCounts) syncCounts {
 	return syncCounts{
 		nodes: s.nodes - before.nodes, nodesFailed: s.nodesFailed - before.nodesFailed, nodesWaited: s.nodesWaited - before.nodesWaited,
 		nodeConfigs: s.nodeConfigs - before.nodeConfigs, tokensOnUse: s.tokensOnUse - before.tokensOnUse, tokensAhead: s.tokensAhead - before.tokensAhead,
+		tokensPrefetched: s.tokensPrefetched - before.tokensPrefetched,
 	}
 }
 
@@ -177,6 +178,8 @@ func parseSyncs(page []byte) (syncCounts, error) {
 				n.tokensOnUse += m.GetCounter().GetValue()
 			case l.GetValue() == "ahead":
 				n.tokensAhead += m.GetCounter().GetValue()
+			case l.GetValue() == "prefetch":
+				n.tokensPrefetched += m.GetCounter().GetValue()
 			}
 		}
 	}

@@ -17,8 +17,9 @@ type options struct {
 	fsync, keep, auth, coldReviews, policyCost bool
 	kubeletLikeNodes, failOnFailedSync         bool
 	idleWithoutStatusd, priorityAndFairness    bool
-	plugin                                     bool
-	profiles, maxInTrial                       string
+	plugin, failover                           bool
+	profiles, profileFirst, maxInTrial         string
+	profileFirstFor                            time.Duration
 	ceiling, idle, soak, tokensDue             time.Duration
 	reconcilerFlags                            []string
 }
@@ -38,10 +39,13 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.idleWithoutStatusd, "idle-without-statusd", false, "with -select, the idle nodes run their checkpointd alone: no statusd, so no API connection or Node watch of theirs")
 	fs.BoolVar(&o.kubeletLikeNodes, "kubelet-like-nodes", false, fmt.Sprintf("create each Node as a real kubelet reports it (labels, addresses, capacity, conditions, system info, %d images; about 20 kB of JSON): every status patch rewrites the whole object in etcd, so its size is part of a change's cost; false: a Node of its name and two labels", kubeletLikeImages))
 	fs.BoolVar(&o.plugin, "plugin", false, "at the end, run the built kubectl plugin (bin/kubectl-nodeconfig) against the settled fleet: status must fit a screen and -o yaml hold what -o json does; their times are printed")
+	fs.BoolVar(&o.failover, "failover", false, "run the reconciler as the install does, two instances electing a leader through a Lease (default timing), and at the end make one more change and kill the leader (SIGKILL) once half the nodes show it active: it prints the time from the kill until the standby, leading, has synced every node and every node shows the change active, against the change's")
 	fs.BoolVar(&o.fsync, "fsync", false, "fsync every store commit and every config file written; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
 	fs.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the state directory")
 	fs.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the API server, this process and each agent host during the config change, and the reconciler's heap after it, to this directory (this process's profile is the agents' up to -agents-per-process nodes, the harness's alone above)")
+	fs.StringVar(&o.profileFirst, "profile-first", "", "write CPU profiles of the reconciler and the API server over the first rollout's first -profile-first-for, the reconciler's goroutines every 2 s of it, and its metrics after the rollout, to this directory")
+	fs.DurationVar(&o.profileFirstFor, "profile-first-for", 20*time.Second, "how long -profile-first profiles the first rollout")
 	fs.BoolVar(&o.auth, "auth", true, "the installed path: each agent serves TLS on a loopback address of its own and checks the reconciler's per-node token with TokenReview; false: unix sockets, no authentication")
 	fs.IntVar(&o.perProcess, "agents-per-process", 3000, fmt.Sprintf("most nodes whose agents one process hosts, about %d open files each: up to this many this process hosts them all, a larger fleet is split evenly across child processes of this command", filesPerNode))
 	fs.Func("reconciler-flag", "one more flag for the reconciler, e.g. -reconciler-flag=--agent-max-connections=64 (repeatable)", func(v string) error {

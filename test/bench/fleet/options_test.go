@@ -30,6 +30,7 @@ func TestBenchNamesAreTheBenchTablesRows(t *testing.T) {
 		"-nodes 1000 -auth=false":                               "BenchmarkFleet/nodes=1000/noauth",
 		"-nodes 5000 -select 0":                                 "BenchmarkFleet/nodes=5000",
 		"-nodes 5000 -select 1000":                              "BenchmarkFleet/nodes=5000/selected=1000",
+		"-nodes 5000 -failover":                                 "BenchmarkFleet/nodes=5000/failover",
 		"-nodes 20 -cold-reviews=false":                         "BenchmarkFleet/nodes=20",
 		"-nodes 10 -max-in-trial 10% -soak 1m":                  "BenchmarkFleet/nodes=10/max-in-trial=10%/soak=1m0s",
 		"-nodes 10 -select 5 -idle-without-statusd -auth=false": "BenchmarkFleet/nodes=10/noauth/selected=5/idle-without-statusd",

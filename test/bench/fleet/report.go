@@ -174,6 +174,9 @@ func (p plan) benchName() string {
 	if p.o.tokensDue > 0 {
 		path += "/tokens-due"
 	}
+	if p.o.failover {
+		path += "/failover"
+	}
 	if p.o.kubeletLikeNodes {
 		path += "/kubelet-like-nodes"
 	}

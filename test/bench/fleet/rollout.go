@@ -24,30 +24,53 @@ const (
 )
 
 // startReconciler starts the reconciler binary, pointed at the fleet's
-// agents, with its metrics and profiles served on a free address.
+// agents, with its metrics and profiles served on a free address; with
+// -failover it stands for election, and once it leads a second instance
+// stands by.
 func (r *fleetRun) startReconciler() error {
+	p, addr, metricsAddr, err := r.launchReconciler("reconciler")
+	if err != nil {
+		return err
+	}
+	r.reconciler, r.reconcilerAddr, r.metricsAddr = p, addr, metricsAddr
+	if !r.o.failover {
+		return nil
+	}
+	// The standby starts once the first leads, so that the first leads.
+	if err := waitLeading(r.ctx, r.metricsAddr, time.Minute); err != nil {
+		return fmt.Errorf("the first reconciler: %w", err)
+	}
+	r.standby, _, r.standbyMetrics, err = r.launchReconciler("standby")
+	return err
+}
+
+// launchReconciler starts one reconciler instance named name (its log
+// and, with -failover, its identity in the Lease).
+func (r *fleetRun) launchReconciler(name string) (p *proc.Process, addr, metricsAddr string, err error) {
 	bin, err := proc.Binary("reconciler")
 	if err != nil {
-		return err
+		return nil, "", "", err
 	}
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		return err
+	if addr, err = proc.FreeAddr(); err != nil {
+		return nil, "", "", err
 	}
-	if r.metricsAddr, err = proc.FreeAddr(); err != nil {
-		return err
+	if metricsAddr, err = proc.FreeAddr(); err != nil {
+		return nil, "", "", err
 	}
-	args := append([]string{
-		"--listen", addr, "--metrics-addr", r.metricsAddr, "--profiling", "--kubeconfig", r.c.Kubeconfig, "--leader-elect=false", "--admission-policy=",
+	election := []string{"--leader-elect=false"}
+	if r.o.failover {
+		// The Lease's timing is the installed one (the flags' defaults).
+		election = []string{"--leader-elect=true", "--leader-elect-namespace", namespace, "--identity", name}
+	}
+	args := append(append([]string{
+		"--listen", addr, "--metrics-addr", metricsAddr, "--profiling", "--kubeconfig", r.c.Kubeconfig, "--admission-policy=",
 		"--workers", strconv.Itoa(r.o.workers),
-	}, append(reconcilerArgs(r.root, r.n, r.sec), r.o.reconcilerFlags...)...)
-	p, err := proc.Start("reconciler", bin, args, filepath.Join(r.root, "reconciler.log"))
-	if err != nil {
-		return err
+	}, election...), append(reconcilerArgs(r.root, r.n, r.sec), r.o.reconcilerFlags...)...)
+	if p, err = proc.Start(name, bin, args, filepath.Join(r.root, name+".log")); err != nil {
+		return nil, "", "", err
 	}
-	r.reconciler, r.reconcilerAddr = p, addr
 	r.onStop(func() { _ = p.Stop(10 * time.Second) })
-	return nil
+	return p, addr, metricsAddr, nil
 }
 
 // firstRollout creates the fleet's config and its NodeConfig, nothing
@@ -55,6 +78,15 @@ func (r *fleetRun) startReconciler() error {
 // and has promoted it to last-known-good.
 func (r *fleetRun) firstRollout() error {
 	ncs, err := clientset.NewForConfig(r.adminCfg)
+	if err != nil {
+		return err
+	}
+	stopProfile, err := r.startFirstProfiling()
+	if err != nil {
+		return err
+	}
+	pids := fleetPids(r.hosts, r.c.APIServer.Pid(), r.c.Etcd.Pid(), r.reconciler.Pid())
+	cpuBefore, err := readCPU(pids)
 	if err != nil {
 		return err
 	}
@@ -69,8 +101,15 @@ func (r *fleetRun) firstRollout() error {
 		return err
 	}
 	report("first rollout (nothing assigned before)", r.first)
+	if cpuAfter, err := readCPU(pids); err == nil {
+		cpu := cpuAfter.minus(cpuBefore)
+		fmt.Printf("    CPU it took: %v (all active in %.2f x that)\n", cpu, r.first.all().Seconds()/cpu.floor())
+	}
+	if err := stopProfile(); err != nil {
+		return err
+	}
 	if syncs, err := readSyncs(r.metricsAddr); err == nil {
-		fmt.Printf("    node syncs since the reconciler started: %.0f, %s\n", syncs.nodes, syncs.outcomes())
+		fmt.Printf("    node syncs since the reconciler started: %.0f, %s; TokenRequests %.0f prefetched, %.0f on calls' paths\n", syncs.nodes, syncs.outcomes(), syncs.tokensPrefetched, syncs.tokensOnUse)
 	}
 	return r.watch.waitPromoted(r.ctx, r.cm.ResourceVersion, r.wait)
 }

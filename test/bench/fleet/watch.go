@@ -140,22 +140,40 @@ func (l latencies) pct(p int) time.Duration {
 func (l latencies) all() time.Duration { return slices.Max(l) }
 
 func (w *activeWatch) waitActive(ctx context.Context, want string, start time.Time, timeout time.Duration) (latencies, error) {
+	w.expect(want)
+	return w.waitActiveCount(ctx, start, timeout, w.sel)
+}
+
+// expect starts counting the nodes that show want active.
+func (w *activeWatch) expect(want string) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.expectLocked(want)
-	w.mu.Unlock()
-	err := w.wait(ctx, timeout, "every node active on "+want, func() (bool, string) {
-		return len(w.activeAt) == w.sel, fmt.Sprintf("%d of %d active", len(w.activeAt), w.sel)
+}
+
+// waitActiveCount waits until count nodes show the expected config
+// active, and returns their times since start.
+func (w *activeWatch) waitActiveCount(ctx context.Context, start time.Time, timeout time.Duration, count int) (latencies, error) {
+	err := w.wait(ctx, timeout, fmt.Sprintf("%d nodes active on %s", count, w.want), func() (bool, string) {
+		return len(w.activeAt) >= count, fmt.Sprintf("%d of %d active", len(w.activeAt), w.sel)
 	})
 	if err != nil {
 		return nil, err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(latencies, 0, w.sel)
+	out := make(latencies, 0, len(w.activeAt))
 	for _, at := range w.activeAt {
 		out = append(out, at.Sub(start))
 	}
 	return out, nil
+}
+
+// activeSoFar is how many nodes show the expected config active.
+func (w *activeWatch) activeSoFar() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.activeAt)
 }
 
 // promotedSoFar is how many nodes show the expected config promoted.

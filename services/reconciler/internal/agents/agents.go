@@ -4,9 +4,11 @@
 package agents
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,6 +48,10 @@ type Options struct {
 	// Tokens, when set, authenticates every call with a token for the
 	// called node alone.
 	Tokens *NodeTokens
+	// TokenPrefetch is how many TokenRequests PrefetchTokens makes at a
+	// time (0: it mints none, each token is minted on its node's first
+	// call).
+	TokenPrefetch int
 }
 
 // Transport gives the transport credentials of a node's connection.
@@ -86,6 +92,20 @@ type Pool struct {
 	o     Options
 	mu    sync.Mutex
 	conns *lru.Cache // node name -> *agentConn
+	// unused are connections no caller holds any more, closed by unlock
+	// once mu is released: a close takes its time, and the workers
+	// releasing theirs would queue behind it.
+	unused []*grpc.ClientConn
+}
+
+// unlock releases p.mu, then closes the connections left unused meanwhile.
+func (p *Pool) unlock() {
+	unused := p.unused
+	p.unused = nil
+	p.mu.Unlock()
+	for _, conn := range unused {
+		_ = conn.Close()
+	}
 }
 
 // agentConn is one node's connection. A connection leaves the cache
@@ -111,13 +131,15 @@ func New(o Options) *Pool {
 		o.MaxConnections = DefaultMaxConnections
 	}
 	// The cache calls this under Pool.mu: every change of it happens there.
-	return &Pool{o: o, conns: lru.NewWithEvictionFunc(o.MaxConnections, func(_ lru.Key, v any) {
+	p := &Pool{o: o}
+	p.conns = lru.NewWithEvictionFunc(o.MaxConnections, func(_ lru.Key, v any) {
 		c := v.(*agentConn)
 		c.evicted = true
 		if c.users == 0 {
-			_ = c.conn.Close()
+			p.unused = append(p.unused, c.conn)
 		}
-	})}
+	})
+	return p
 }
 
 // conn returns the open connection of a node, if any.
@@ -171,7 +193,7 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, func(), e
 		return nil, nil, err
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	c, ok := p.conn(node)
 	if ok && c.target != target {
 		// The agent pod moved (new pod IP): the old connection would only
@@ -205,20 +227,49 @@ func (p *Pool) For(node string) (nodeconfigv1.CheckpointServiceClient, func(), e
 	release := func() {
 		once.Do(func() {
 			p.mu.Lock()
-			defer p.mu.Unlock()
+			defer p.unlock()
 			c.users--
 			if c.users == 0 && c.evicted {
-				_ = c.conn.Close()
+				p.unused = append(p.unused, c.conn)
 			}
 		})
 	}
 	return nodeconfigv1.NewCheckpointServiceClient(c.conn), release, nil
 }
 
+// PrefetchTokens mints, in the order given, the tokens of the nodes whose
+// agent is known (Target) and that hold none yet, TokenPrefetch at a time
+// (NodeTokens.Prefetch); it returns how many of them were minted.
+func (p *Pool) PrefetchTokens(ctx context.Context, nodes []string) int {
+	if p.o.Tokens == nil || p.o.TokenPrefetch <= 0 {
+		return 0
+	}
+	hasAgent := func(node string) bool {
+		_, err := p.Target(node)
+		return err == nil
+	}
+	if len(p.o.Static) == 0 && p.o.SocketTemplate == "" && p.o.Pods != nil {
+		// Found in the cluster: one listing for the fleet, not one per node.
+		pods, err := p.o.Pods.List(p.o.PodSelector)
+		if err != nil {
+			return 0
+		}
+		ready := make(map[string]bool, len(pods))
+		for _, pod := range pods {
+			if pod.Status.PodIP != "" && pod.DeletionTimestamp == nil && PodReady(pod) {
+				ready[pod.Spec.NodeName] = true
+			}
+		}
+		hasAgent = func(node string) bool { return ready[node] }
+	}
+	withAgent := slices.DeleteFunc(slices.Clone(nodes), func(node string) bool { return !hasAgent(node) })
+	return p.o.Tokens.Prefetch(ctx, withAgent, p.o.TokenPrefetch)
+}
+
 // Forget closes the connection of a node that is gone.
 func (p *Pool) Forget(node string) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	p.conns.Remove(node)
 	if p.o.Tokens != nil {
 		p.o.Tokens.Forget(node)
@@ -228,6 +279,6 @@ func (p *Pool) Forget(node string) {
 // Close closes every connection.
 func (p *Pool) Close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	defer p.unlock()
 	p.conns.Clear()
 }

@@ -29,10 +29,13 @@ func TestAHaltAboveKeptNodesSurvivesAFailOver(t *testing.T) {
 	all := intstr.FromString("100%")
 	maxFailures := int32(failures)
 	f.setNodeConfig(poolA("nc", v1alpha1.Rollout{MaxInTrial: &all, MaxFailures: &maxFailures}))
-	f.syncAll(names...) // every node seen
-	for _, n := range names {
-		f.syncAll(n) // admitted, and rolled back
-		f.events()   // the fake recorder blocks once its buffer is full
+	// A trial of every node admits each at its first sync: seen, admitted
+	// and rolled back; the second round finds them rolled back.
+	for range 2 {
+		for _, n := range names {
+			f.syncAll(n)
+			f.events() // the fake recorder blocks once its buffer is full
+		}
 	}
 	for _, n := range names {
 		if got := f.state(n); got != nodeconfigv1.LifecycleState_LIFECYCLE_STATE_ROLLED_BACK {

@@ -32,9 +32,7 @@ func (b *Book) Admit(nc *v1alpha1.NodeConfig, node string, v Version, ask Ask) p
 	if pacing.Halted(b.haltCountLocked(nc, v), b.policyLocked(nc).MaxFailures) {
 		return policy.Halted
 	}
-	if ask.Held != "" || !ask.Seen {
-		// Not seen: a node not synced since this reconciler started may
-		// be soaking a reset that left nc.
+	if ask.Held != "" || b.waitsForUnseenLocked(nc, ask) {
 		return policy.Wait
 	}
 	if b.freePlacesLocked(nc, ask.Selected, node) <= 0 {
@@ -47,6 +45,15 @@ func (b *Book) Admit(nc *v1alpha1.NodeConfig, node string, v Version, ask Ask) p
 	s.admitted, s.admittedFor = true, nc.Name
 	b.reindexLocked(node, s)
 	return policy.Admitted
+}
+
+// waitsForUnseenLocked says a node of nc waits for the nodes not synced
+// since this reconciler started: one of them may be soaking a reset that
+// left nc and takes a place in its trial. A trial of every node in one
+// wave has a place for it anyway, so its nodes start at their first sync
+// (a new leader's first pass) instead of a second pass once all are seen.
+func (b *Book) waitsForUnseenLocked(nc *v1alpha1.NodeConfig, ask Ask) bool {
+	return !ask.Seen && (ask.Waves != nil || !b.policyLocked(nc).TakesEveryNode())
 }
 
 // freePlacesLocked is how many more nodes nc's trial takes, not counting

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/util/intstr"
+
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
 	"nodeconfig.io/services/api/v1alpha1"
 	"nodeconfig.io/services/reconciler/internal/policy"
@@ -84,6 +86,34 @@ func TestAdmissionWaitsWhileHeldOrNotEveryNodeSeen(t *testing.T) {
 		if got := b.Depart(nc, "n2", ask); got != policy.Wait {
 			t.Errorf("%s: departure %v, want Wait", name, got)
 		}
+	}
+}
+
+// A trial of every node (maxInTrial 100 % or more) has a place for each
+// node whatever the nodes not seen yet say, so its nodes start at their
+// first sync; under 100 %, with waves, or held, they still wait.
+func TestATrialOfEveryNodeWaitsForNoUnseenNode(t *testing.T) {
+	b := newBook()
+	every, most := intstr.FromString("100%"), intstr.FromString("99%")
+	nc := nodeConfig("nc", 1)
+	nc.Spec.Rollout.MaxInTrial = &every
+	notSeen := Ask{Selected: 10}
+	if got := b.Admit(nc, "n1", v1, notSeen); got != policy.Admitted {
+		t.Errorf("maxInTrial 100%%, not every node seen: admission %v, want Admitted", got)
+	}
+	if got := b.Depart(nc, "n2", notSeen); got != policy.Admitted {
+		t.Errorf("maxInTrial 100%%, not every node seen: departure %v, want Admitted", got)
+	}
+	if got := b.Admit(nc, "n3", v1, Ask{Selected: 10, Held: v1alpha1.ReasonPaused}); got != policy.Wait {
+		t.Errorf("maxInTrial 100%%, held: admission %v, want Wait", got)
+	}
+	if got := b.Admit(nc, "n4", v1, Ask{Selected: 10, Waves: &Waves{}}); got != policy.Wait {
+		t.Errorf("maxInTrial 100%% in waves, not every node seen: admission %v, want Wait", got)
+	}
+	paced := nodeConfig("paced", 1)
+	paced.Spec.Rollout.MaxInTrial = &most
+	if got := b.Admit(paced, "n5", v1, notSeen); got != policy.Wait {
+		t.Errorf("maxInTrial 99%%, not every node seen: admission %v, want Wait", got)
 	}
 }
 

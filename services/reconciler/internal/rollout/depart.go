@@ -21,13 +21,14 @@ func Lets(nc *v1alpha1.NodeConfig) bool {
 
 // Depart marks node as leaving nc and paces its reset by nc's trial: the
 // node waits while nc is held, while not every node was seen (one may be
-// soaking its own reset), while the trial is full, or for another wave.
+// soaking its own reset) unless its trial takes every node, while the trial
+// is full, or for another wave.
 func (b *Book) Depart(nc *v1alpha1.NodeConfig, node string, ask Ask) policy.Admission {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.seatLocked(node)
 	b.departLocked(node, s, nc.Name)
-	if ask.Held != "" || !ask.Seen {
+	if ask.Held != "" || b.waitsForUnseenLocked(nc, ask) {
 		return policy.Wait
 	}
 	if b.freePlacesLocked(nc, ask.Selected, node) <= 0 {

@@ -2,6 +2,8 @@ package rollout
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -35,6 +37,18 @@ type Policy struct {
 
 // MaxInTrial is how many of total nodes may be on trial at once.
 func (p *Policy) MaxInTrial(total int) int { return pacing.MaxInTrial(p.maxInTrial, total) }
+
+// TakesEveryNode says the trial's limit is every node, however many there
+// turn out to be: maxInTrial a percentage of 100 or more. Such a trial has
+// a place for each node whatever the nodes not seen yet hold.
+func (p *Policy) TakesEveryNode() bool {
+	v := p.maxInTrial
+	if v == nil || v.Type != intstr.String {
+		return false
+	}
+	pct, err := strconv.Atoi(strings.TrimSuffix(v.StrVal, "%"))
+	return err == nil && strings.HasSuffix(v.StrVal, "%") && pct >= 100
+}
 
 // ParsePolicy reads nc's rollout settings.
 func ParsePolicy(nc *v1alpha1.NodeConfig) *Policy {
