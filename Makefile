@@ -42,6 +42,9 @@ BENCHTIME ?= 1s
 FLEET_NODES ?= 1000
 # How many of the fleet's nodes the rollout selects (0: all of them).
 FLEET_SELECT ?= 0
+# FLEET_FAILOVER=1: make fleet-bench also kills the leader mid-change and
+# times its standby (the 5,000-node fail-over row).
+FLEET_FAILOVER ?= 0
 
 IMAGE_REPO ?= ghcr.io/nodeconfig
 IMAGE_TAG  ?= v0.1.0
@@ -235,10 +238,10 @@ bench: build testbin nodebin node-packages images ## every performance figure in
 	go test -short -run '^$$' -bench BadConfigToHealthyLastKnownGood -benchtime 10x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
 	@echo; $(MAKE) --no-print-directory bench-table
 
-fleet-bench: build testbin nodebin ## one fleet run of FLEET_NODES nodes (a rollout to FLEET_SELECT of them, 0: all) appended to docs/bench/latest.txt (the 5,000-node rows: FLEET_NODES=5000), then the table
+fleet-bench: build testbin nodebin ## one fleet run of FLEET_NODES nodes (a rollout to FLEET_SELECT of them, 0: all) appended to docs/bench/latest.txt (the 5,000-node rows: FLEET_NODES=5000, its fail-over row: FLEET_FAILOVER=1 too), then the table
 	@mkdir -p $(dir $(BENCH_OUT))
-	@$(call BENCH_RUN,make fleet-bench FLEET_NODES=$(FLEET_NODES)$(if $(filter-out 0,$(FLEET_SELECT)), FLEET_SELECT=$(FLEET_SELECT))) >> $(BENCH_OUT)
-	go run nodeconfig.io/test/bench/fleet -nodes $(FLEET_NODES) -select $(FLEET_SELECT) | tee -a $(BENCH_OUT)
+	@$(call BENCH_RUN,make fleet-bench FLEET_NODES=$(FLEET_NODES)$(if $(filter-out 0,$(FLEET_SELECT)), FLEET_SELECT=$(FLEET_SELECT))$(if $(filter-out 0,$(FLEET_FAILOVER)), FLEET_FAILOVER=1)) >> $(BENCH_OUT)
+	go run nodeconfig.io/test/bench/fleet -nodes $(FLEET_NODES) -select $(FLEET_SELECT)$(if $(filter-out 0,$(FLEET_FAILOVER)), -failover) | tee -a $(BENCH_OUT)
 	@echo; $(MAKE) --no-print-directory bench-table
 
 # The 32-writer speedup swings with this VM's disk: five consecutive runs

@@ -44,6 +44,7 @@ var runBy = map[string]string{
 	"BenchmarkFleet/nodes=5000":               "make fleet-bench FLEET_NODES=5000",
 	"BenchmarkFleet/nodes=10000":              "make fleet-bench FLEET_NODES=10000",
 	"BenchmarkFleet/nodes=5000/selected=1000": "make fleet-bench FLEET_NODES=5000 FLEET_SELECT=1000",
+	"BenchmarkFleetFailover/nodes=5000":       "make fleet-bench FLEET_NODES=5000 FLEET_FAILOVER=1",
 }
 
 // consecutiveRuns names the benchmarks whose target must hold in every one
@@ -104,6 +105,14 @@ var rows = []row{
 		}},
 	{"fleet of 5,000: first rollout, all active", "BenchmarkFleet/nodes=5000", "first-rollout-s", "reported",
 		reportedOnly, nil},
+	{"fleet of 5,000: first rollout (a new leader, no token held), all active, to a change", "BenchmarkFleet/nodes=5000", "first-rollout-x-change", "<= 2 x",
+		func(v float64) bool { return v <= 2 }, func(v float64, line map[string]float64) string {
+			return fmt.Sprintf("%.1f s against the change's %.1f s", line["first-rollout-s"], line["all-active-s"])
+		}},
+	{"fleet of 5,000: the leader killed mid-change, until the new one has every node synced and active, to a warm change", "BenchmarkFleetFailover/nodes=5000", "failover-x-change", "<= 1.5 x",
+		func(v float64) bool { return v <= 1.5 }, func(v float64, line map[string]float64) string {
+			return fmt.Sprintf("%.1f s against the change's %.1f s, %.1f s of it the killed leader's Lease running out", line["failover-s"], line["change-s"], line["lease-wait-s"])
+		}},
 	{"fleet of 5,000: reconciler peak RSS", "BenchmarkFleet/nodes=5000", "reconciler-peak-rss-MiB", "<= 100 MiB",
 		func(v float64) bool { return v <= 100 }, nil},
 	{"fleet of 5,000: API writes per node per change", "BenchmarkFleet/nodes=5000", "writes/node/change", "reported",

@@ -53,6 +53,7 @@ var measures = map[string][]string{
 	"BenchmarkFleet/nodes=5000":                    fleetPaths,
 	"BenchmarkFleet/nodes=5000/selected=1000":      fleetPaths,
 	"BenchmarkFleet/nodes=10000":                   fleetPaths,
+	"BenchmarkFleetFailover/nodes=5000":            fleetPaths,
 	"BenchmarkKubeletRunsNewConfig":                realNodePaths,
 	"BenchmarkBadConfigToHealthyLastKnownGood":     realNodePaths,
 }

@@ -136,6 +136,9 @@ func (r *fleetRun) reportBenchmark() error {
 	if floor := r.cpu.floor(); floor > 0 {
 		line += fmt.Sprintf(" %.2f ratio-to-cpu-floor", r.change.all().Seconds()/floor)
 	}
+	if change := r.change.all().Seconds(); change > 0 {
+		line += fmt.Sprintf(" %.2f first-rollout-x-change", r.first.all().Seconds()/change)
+	}
 	fmt.Printf("%s %.2f s-per-1000-nodes %.2f cpu-floor-s %.2f control-plane-cpu-floor-s %.1f agents-cpu-s %.1f control-plane-cpu-s %.2f control-plane-cpu-ms/node %.1f etcd-log-kB/node\n",
 		line, r.perThousand(), r.cpu.floor(), r.cpu.controlPlaneFloor(), r.cpu.agents(), r.cpu.controlPlane(),
 		r.cpu.controlPlane()*1000/float64(r.sel), r.etcd.wal/1000/float64(r.sel))
