@@ -123,20 +123,38 @@ func (s *Snapshot) Diff(after *Snapshot) []string {
 			d = append(d, "process gone (it ran before): "+p.Line)
 		}
 	}
+	// A link's own settings come and go with it: the link's line says it.
+	ofLinks := map[string]bool{}
+	for _, l := range slices.Concat(s.Links, after.Links) {
+		ofLinks[strings.Fields(l)[0]] = true
+	}
+	for _, l := range s.Links {
+		if slices.Contains(after.Links, l) {
+			delete(ofLinks, strings.Fields(l)[0])
+		}
+	}
+	ofLink := func(key string) bool {
+		for _, part := range strings.Split(key, ".") {
+			if ofLinks[part] {
+				return true
+			}
+		}
+		return false
+	}
 	for k, v := range after.Sysctls {
 		if s.Volatile[k] || after.Volatile[k] {
 			continue
 		}
 		was, ok := s.Sysctls[k]
 		switch {
-		case !ok:
+		case !ok && !ofLink(k):
 			d = append(d, fmt.Sprintf("sysctl %s = %s added", k, v))
 		case was != v:
 			d = append(d, fmt.Sprintf("sysctl %s = %s, was %s", k, v, was))
 		}
 	}
 	for k, v := range s.Sysctls {
-		if _, ok := after.Sysctls[k]; !ok && !s.Volatile[k] {
+		if _, ok := after.Sysctls[k]; !ok && !s.Volatile[k] && !ofLink(k) {
 			d = append(d, fmt.Sprintf("sysctl %s (= %s) gone", k, v))
 		}
 	}

@@ -100,6 +100,11 @@ func TestDiffSeesEachKindOfChange(t *testing.T) {
 	}) {
 		t.Error("diff lacks the sleeping process")
 	}
+	for _, l := range diff {
+		if strings.Contains(l, "nchsnap1") && l != "link added: nchsnap1 (bridge)" {
+			t.Errorf("the new link's own settings are listed apart: %q", l)
+		}
+	}
 	if t.Failed() {
 		t.Logf("diff:\n  %s", strings.Join(diff, "\n  "))
 	}
