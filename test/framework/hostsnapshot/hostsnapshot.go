@@ -147,7 +147,8 @@ func (s *Snapshot) Diff(after *Snapshot) []string {
 		}
 		was, ok := s.Sysctls[k]
 		switch {
-		case !ok && !ofLink(k):
+		case !ok && ofLink(k):
+		case !ok:
 			d = append(d, fmt.Sprintf("sysctl %s = %s added", k, v))
 		case was != v:
 			d = append(d, fmt.Sprintf("sysctl %s = %s, was %s", k, v, was))
