@@ -12,7 +12,10 @@
 //     binaries;
 //   - audit: counts of API requests in the API server's audit log;
 //   - pki: a throwaway certificate authority, and the agents' certificate;
-//   - readonlymount: a directory made read-only even for root.
+//   - readonlymount: a directory made read-only even for root;
+//   - hostsnapshot: the host's mounts, processes, iptables rules, links,
+//     sysctls and cgroups as the kernel shows them, to compare before and
+//     after a run, and the TCP ports a process tree listens on.
 //
 // The tests themselves are in test/e2e, test/integration, test/crash,
 // test/realnode and test/images; the benchmark commands in test/bench; the

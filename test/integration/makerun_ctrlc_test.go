@@ -9,12 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"nodeconfig.io/test/framework/hostsnapshot"
 	"nodeconfig.io/test/framework/proc"
 )
 
@@ -70,6 +72,14 @@ func TestMakeRunCtrlCExitsWithoutMakeError(t *testing.T) {
 	state := filepath.Join(root, ".run")
 	if _, err := os.Stat(state); errors.Is(err, os.ErrNotExist) {
 		t.Cleanup(func() { _ = os.RemoveAll(state) })
+	}
+
+	// Its processes are those naming its BIN or state directory: make,
+	// localrun, and what localrun starts from BIN.
+	scope := hostsnapshot.Scope{Marks: []string{bin, state}}
+	before, err := hostsnapshot.Take(scope)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	cmd := exec.Command("make", "-s", "run", "NODES=1", "BIN="+bin)
@@ -137,6 +147,21 @@ func TestMakeRunCtrlCExitsWithoutMakeError(t *testing.T) {
 		t.Fatal("make run not ready within 5 minutes")
 	}
 
+	// Every port the run listens on (the services', etcd's, the API
+	// server's), by the sockets its processes hold.
+	listening, holders := runListeners(t, group)
+	t.Logf("make run listens on %v", listening)
+	for _, addr := range []string{"127.0.0.1:7601", "127.0.0.1:7602", "127.0.0.1:7603"} {
+		if !slices.Contains(listening, addr) {
+			t.Errorf("%s is not among the ports found (the search misses some)", addr)
+		}
+	}
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		if !holders[name] {
+			t.Errorf("no port of %s among those found (the search misses some): %v", name, holders)
+		}
+	}
+
 	// Ctrl-C.
 	if err := syscall.Kill(-group, syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -180,10 +205,55 @@ func TestMakeRunCtrlCExitsWithoutMakeError(t *testing.T) {
 	if !clean {
 		t.Error("localrun never said it was stopping what it started")
 	}
-	for _, addr := range []string{"127.0.0.1:7601", "127.0.0.1:7602", "127.0.0.1:7603"} {
+	// The run stopped everything it started: no port of it is listened
+	// on (by anyone), no process of it runs.
+	after, err := hostsnapshot.Listeners()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range listening {
+		for _, l := range after {
+			if l.Addr == addr {
+				t.Errorf("%s still listened on after Ctrl-C, by %s", addr, cmp.Or(l.Process, "an unknown process"))
+			}
+		}
 		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			conn.Close()
-			t.Errorf("%s still listening after Ctrl-C", addr)
+			t.Errorf("%s still accepts connections after Ctrl-C", addr)
 		}
 	}
+	snap, err := hostsnapshot.Take(scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Processes only: make run changes nothing else on the host, and other
+	// users of the machine change mounts and links meanwhile.
+	for _, d := range before.Diff(snap) {
+		if strings.HasPrefix(d, "process ") {
+			t.Errorf("after Ctrl-C: %s", d)
+		}
+	}
+}
+
+// runListeners lists the TCP addresses the processes of the group leader's
+// tree listen on, and the names of the executables that hold them: the
+// ports that must be free after the run.
+func runListeners(t *testing.T, leader int) (addrs []string, holders map[string]bool) {
+	t.Helper()
+	tree, err := hostsnapshot.Tree(leader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := hostsnapshot.Listeners()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders = map[string]bool{}
+	for _, l := range ls {
+		if slices.ContainsFunc(l.PIDs, func(p int) bool { return tree[p] }) {
+			addrs = append(addrs, l.Addr)
+			holders[filepath.Base(l.Process)] = true
+		}
+	}
+	return addrs, holders
 }
