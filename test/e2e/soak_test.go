@@ -19,7 +19,10 @@ import (
 // "Assigned only updates in the status after the record has been
 // checkpointed to disk." Every state checkpointd ever records has the
 // payload of its assigned config on disk: read from the store file by this
-// process once checkpointd stopped, not asked of checkpointd.
+// process once checkpointd stopped, not asked of checkpointd. checkpointd
+// is killed the moment its watch shows the last assignment: a payload
+// acknowledged before it is written, and written a little later, is not
+// in the file yet.
 func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
 	e := newEnv(t, 1)
 	n := e.nodes[0]
@@ -41,15 +44,32 @@ func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
 		}
 	}()
 	var want []string
-	for i, payload := range []string{goodYAML, "maxPods: 50\n", "maxPods: 60\n"} {
+	payloads := []string{goodYAML, "maxPods: 50\n", "maxPods: 60\n"}
+	for i, payload := range payloads {
 		cm := e.configMap("cfg", map[string]string{"config.yaml": payload})
 		want = append(want, cm.ResourceVersion)
 		if i == 0 {
 			e.use(e.label, "cfg", nil)
 		}
+		if i == len(payloads)-1 {
+			break
+		}
 		e.waitNode(n.Name, 20*time.Second, "active", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
 			return rv(st.Active) == cm.ResourceVersion
 		})
+	}
+	var recorded []*nodeconfigv1.Records
+	last, deadline := want[len(want)-1], time.After(20*time.Second)
+	for len(recorded) == 0 || recorded[len(recorded)-1].GetAssigned().GetSource().GetResourceVersion() != last {
+		select {
+		case recs, ok := <-seen:
+			if !ok {
+				t.Fatalf("checkpointd's watch ended before it recorded resourceVersion %s assigned", last)
+			}
+			recorded = append(recorded, recs)
+		case <-deadline:
+			t.Fatalf("checkpointd never recorded resourceVersion %s assigned", last)
+		}
 	}
 	// Killed, checkpointd records nothing more (its watch ends) and
 	// releases the store file's lock; what it committed is in the file.
@@ -68,8 +88,11 @@ func TestAssignedOnlyAfterCheckpointOnDisk(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("checkpointd started again does not answer: %v", err)
 	}
-	assignedSeen := map[string]bool{}
 	for recs := range seen {
+		recorded = append(recorded, recs)
+	}
+	assignedSeen := map[string]bool{}
+	for _, recs := range recorded {
 		a := recs.GetAssigned().GetSource()
 		if a == nil {
 			continue
