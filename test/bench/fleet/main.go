@@ -83,6 +83,7 @@ func run(o options) (err error) {
 		// The operator's view of it.
 		r.checkPlugin,
 	} {
+		r.peak.enter(phase)
 		if err := phase(); err != nil {
 			return err
 		}
@@ -110,6 +111,7 @@ type fleetRun struct {
 	reconciler     *proc.Process
 	reconcilerAddr string            // its gRPC API
 	metricsAddr    string            // the reconciler's
+	peak           *peakWatch        // its memory over the run
 	pids           cpuPids           // whose CPU the figures count
 	cm             *corev1.ConfigMap // the fleet's config as last written
 	stopProfile    func() error      // nil without -profile

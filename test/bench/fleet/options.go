@@ -41,7 +41,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.fsync, "fsync", false, "fsync every store commit and every config file written; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
 	fs.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the state directory")
-	fs.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the API server, this process and each agent host during the config change, and the reconciler's heap after it, to this directory (this process's profile is the agents' up to -agents-per-process nodes, the harness's alone above)")
+	fs.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the API server, this process and each agent host during the config change, the reconciler's heap after it and at its highest resident set (with that moment's smaps_rollup), to this directory (this process's profile is the agents' up to -agents-per-process nodes, the harness's alone above)")
 	fs.BoolVar(&o.auth, "auth", true, "the installed path: each agent serves TLS on a loopback address of its own and checks the reconciler's per-node token with TokenReview; false: unix sockets, no authentication")
 	fs.IntVar(&o.perProcess, "agents-per-process", 3000, fmt.Sprintf("most nodes whose agents one process hosts, about %d open files each: up to this many this process hosts them all, a larger fleet is split evenly across child processes of this command", filesPerNode))
 	fs.Func("reconciler-flag", "one more flag for the reconciler, e.g. -reconciler-flag=--agent-max-connections=64 (repeatable)", func(v string) error {

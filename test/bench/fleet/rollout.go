@@ -46,6 +46,7 @@ func (r *fleetRun) startReconciler() error {
 		return err
 	}
 	r.reconciler, r.reconcilerAddr = p, addr
+	r.peak = watchPeak(r.ctx, p.Pid(), r.metricsAddr, r.o.profiles != "")
 	r.onStop(func() { _ = p.Stop(10 * time.Second) })
 	return nil
 }
