@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -20,7 +21,7 @@ type options struct {
 	plugin                                     bool
 	profiles, maxInTrial                       string
 	ceiling, idle, soak, tokensDue             time.Duration
-	reconcilerFlags                            []string
+	reconcilerFlags, reconcilerEnv             []string
 }
 
 // parseFlags reads the options from the command line.
@@ -46,6 +47,13 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.perProcess, "agents-per-process", 3000, fmt.Sprintf("most nodes whose agents one process hosts, about %d open files each: up to this many this process hosts them all, a larger fleet is split evenly across child processes of this command", filesPerNode))
 	fs.Func("reconciler-flag", "one more flag for the reconciler, e.g. -reconciler-flag=--agent-max-connections=64 (repeatable)", func(v string) error {
 		o.reconcilerFlags = append(o.reconcilerFlags, v)
+		return nil
+	})
+	fs.Func("reconciler-env", "one more environment variable for the reconciler alone, e.g. -reconciler-env=GOGC=50 (repeatable): the Go runtime's settings of the reconciler without those of the agents this command hosts", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q: want NAME=VALUE", v)
+		}
+		o.reconcilerEnv = append(o.reconcilerEnv, v)
 		return nil
 	})
 	fs.StringVar(&o.maxInTrial, "max-in-trial", "100%", "the NodeConfig's spec.rollout.maxInTrial: under 100% the rollouts are paced, and the nodes it holds back wait for places")

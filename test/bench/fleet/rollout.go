@@ -41,7 +41,7 @@ func (r *fleetRun) startReconciler() error {
 		"--listen", addr, "--metrics-addr", r.metricsAddr, "--profiling", "--kubeconfig", r.c.Kubeconfig, "--leader-elect=false", "--admission-policy=",
 		"--workers", strconv.Itoa(r.o.workers),
 	}, append(reconcilerArgs(r.root, r.n, r.sec), r.o.reconcilerFlags...)...)
-	p, err := proc.Start("reconciler", bin, args, filepath.Join(r.root, "reconciler.log"))
+	p, err := proc.Start("reconciler", bin, args, filepath.Join(r.root, "reconciler.log"), r.o.reconcilerEnv...)
 	if err != nil {
 		return err
 	}
