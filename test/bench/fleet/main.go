@@ -85,6 +85,7 @@ func run(o options) (err error) {
 		// A change whose leader dies half-way.
 		r.failOver,
 	} {
+		r.peak.enter(phase)
 		if err := phase(); err != nil {
 			return err
 		}
@@ -114,6 +115,7 @@ type fleetRun struct {
 	metricsAddr    string            // the reconciler's
 	standby        *proc.Process     // with -failover, the second reconciler
 	standbyMetrics string            // its metrics address
+	peak           *peakWatch        // its memory over the run
 	pids           cpuPids           // whose CPU the figures count
 	cm             *corev1.ConfigMap // the fleet's config as last written
 	stopProfile    func() error      // nil without -profile

@@ -98,7 +98,8 @@ func memory(pid int) (resident, error) {
 	return resident{peak: int64(st.VmHWM >> 10), rss: int64(st.VmRSS >> 10), anon: int64(st.RssAnon >> 10), file: int64(st.RssFile >> 10)}, nil
 }
 
-// runtimeMemory summarises the Go runtime's memory gauges of a /metrics page.
+// runtimeMemory summarises the Go runtime's memory gauges of a /metrics page:
+// with the heap in use, the next collection's goal and GOGC, its headroom.
 func runtimeMemory(page []byte) string {
 	families, err := parseMetrics(page)
 	if err != nil {
@@ -106,13 +107,13 @@ func runtimeMemory(page []byte) string {
 	}
 	var parts []string
 	for _, name := range []string{"go_goroutines", "go_memstats_heap_inuse_bytes", "go_memstats_heap_idle_bytes",
-		"go_memstats_heap_released_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes"} {
+		"go_memstats_heap_released_bytes", "go_memstats_stack_inuse_bytes", "go_memstats_sys_bytes", "go_memstats_next_gc_bytes", "go_gc_gogc_percent"} {
 		if f, ok := families[name]; ok && len(f.GetMetric()) == 1 {
 			v, unit := f.GetMetric()[0].GetGauge().GetValue(), ""
-			if name != "go_goroutines" {
+			if strings.HasSuffix(name, "_bytes") {
 				v, unit = v/(1<<20), " MiB"
 			}
-			parts = append(parts, fmt.Sprintf("%s %.0f%s", strings.TrimPrefix(name, "go_memstats_"), v, unit))
+			parts = append(parts, fmt.Sprintf("%s %.0f%s", strings.TrimPrefix(strings.TrimPrefix(name, "go_memstats_"), "go_gc_"), v, unit))
 		}
 	}
 	return strings.Join(parts, ", ")

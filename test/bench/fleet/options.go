@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -21,7 +22,7 @@ type options struct {
 	profiles, profileFirst, maxInTrial         string
 	profileFirstFor                            time.Duration
 	ceiling, idle, soak, tokensDue             time.Duration
-	reconcilerFlags                            []string
+	reconcilerFlags, reconcilerEnv             []string
 }
 
 // parseFlags reads the options from the command line.
@@ -43,13 +44,20 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.fsync, "fsync", false, "fsync every store commit and every config file written; all nodes share this machine's one disk, where real nodes each have their own, so off by default")
 	fs.IntVar(&o.workers, "workers", 16, "the reconciler's --workers (its default)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the state directory")
-	fs.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the API server, this process and each agent host during the config change, and the reconciler's heap after it, to this directory (this process's profile is the agents' up to -agents-per-process nodes, the harness's alone above)")
+	fs.StringVar(&o.profiles, "profile", "", "write CPU profiles of the reconciler, the API server, this process and each agent host during the config change, the reconciler's heap after it and at its highest resident set (with that moment's smaps_rollup), to this directory (this process's profile is the agents' up to -agents-per-process nodes, the harness's alone above)")
 	fs.StringVar(&o.profileFirst, "profile-first", "", "write CPU profiles of the reconciler and the API server over the first rollout's first -profile-first-for, the reconciler's goroutines every 2 s of it, and its metrics after the rollout, to this directory")
 	fs.DurationVar(&o.profileFirstFor, "profile-first-for", 20*time.Second, "how long -profile-first profiles the first rollout")
 	fs.BoolVar(&o.auth, "auth", true, "the installed path: each agent serves TLS on a loopback address of its own and checks the reconciler's per-node token with TokenReview; false: unix sockets, no authentication")
 	fs.IntVar(&o.perProcess, "agents-per-process", 3000, fmt.Sprintf("most nodes whose agents one process hosts, about %d open files each: up to this many this process hosts them all, a larger fleet is split evenly across child processes of this command", filesPerNode))
 	fs.Func("reconciler-flag", "one more flag for the reconciler, e.g. -reconciler-flag=--agent-max-connections=64 (repeatable)", func(v string) error {
 		o.reconcilerFlags = append(o.reconcilerFlags, v)
+		return nil
+	})
+	fs.Func("reconciler-env", "one more environment variable for the reconciler alone, e.g. -reconciler-env=GOGC=50 (repeatable): the Go runtime's settings of the reconciler without those of the agents this command hosts", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("%q: want NAME=VALUE", v)
+		}
+		o.reconcilerEnv = append(o.reconcilerEnv, v)
 		return nil
 	})
 	fs.StringVar(&o.maxInTrial, "max-in-trial", "100%", "the NodeConfig's spec.rollout.maxInTrial: under 100% the rollouts are paced, and the nodes it holds back wait for places")

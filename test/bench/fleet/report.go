@@ -119,6 +119,9 @@ func (r *fleetRun) reportMemory() error {
 	if b, err := fetch("http://" + r.metricsAddr + "/metrics"); err == nil {
 		fmt.Printf("    (%s)\n", runtimeMemory(b))
 	}
+	if err := r.peak.report(r.o.profiles); err != nil {
+		return err
+	}
 	fmt.Printf("  open files after the change: %s\n", r.files)
 	return nil
 }

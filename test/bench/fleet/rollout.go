@@ -33,6 +33,7 @@ func (r *fleetRun) startReconciler() error {
 		return err
 	}
 	r.reconciler, r.reconcilerAddr, r.metricsAddr = p, addr, metricsAddr
+	r.peak = watchPeak(r.ctx, p.Pid(), r.metricsAddr, r.o.profiles != "")
 	if !r.o.failover {
 		return nil
 	}
@@ -66,7 +67,7 @@ func (r *fleetRun) launchReconciler(name string) (p *proc.Process, addr, metrics
 		"--listen", addr, "--metrics-addr", metricsAddr, "--profiling", "--kubeconfig", r.c.Kubeconfig, "--admission-policy=",
 		"--workers", strconv.Itoa(r.o.workers),
 	}, election...), append(reconcilerArgs(r.root, r.n, r.sec), r.o.reconcilerFlags...)...)
-	if p, err = proc.Start(name, bin, args, filepath.Join(r.root, name+".log")); err != nil {
+	if p, err = proc.Start(name, bin, args, filepath.Join(r.root, name+".log"), r.o.reconcilerEnv...); err != nil {
 		return nil, "", "", err
 	}
 	r.onStop(func() { _ = p.Stop(10 * time.Second) })
