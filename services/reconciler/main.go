@@ -6,8 +6,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 	// Maintenance windows name IANA time zones; the image has no zoneinfo.
@@ -24,19 +22,7 @@ import (
 	"nodeconfig.io/services/servekit/kubeapi"
 )
 
-// defaultGOGC is the reconciler's GOGC unless the environment sets one.
-// Its heap is mostly what it keeps per node for as long as it runs (the
-// Nodes' metadata, each node's records, state and agent token), and the
-// runtime's 100 lets the heap grow by as much again before each
-// collection: at 10,000 nodes that headroom was a third of the resident
-// set. Half of it costs more frequent collections of a heap that changes
-// little (docs/performance.md).
-const defaultGOGC = 50
-
 func main() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(defaultGOGC)
-	}
 	servekit.Command{
 		Name: "reconciler", Listen: "127.0.0.1:7603", MetricsAddr: "127.0.0.1:9603",
 		Usage: "Rolls NodeConfigs out to nodes: checkpoint, assign, activate, soak, promote, roll back.",
