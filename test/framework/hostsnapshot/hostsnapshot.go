@@ -320,7 +320,6 @@ func cgroups() (dirs []string, skip func(string) bool, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	type launcher struct{ dir, own string }
 	var launchers []launcher
 	for _, m := range infos {
 		for _, c := range mine {
@@ -333,7 +332,7 @@ func cgroups() (dirs []string, skip func(string) bool, err error) {
 	}
 	skip = func(dir string) bool {
 		for _, l := range launchers {
-			if under(dir, l.dir) && !under(dir, l.own) {
+			if l.skips(dir) {
 				return true
 			}
 		}
@@ -353,6 +352,16 @@ func cgroups() (dirs []string, skip func(string) bool, err error) {
 	}
 	sort.Strings(dirs)
 	return dirs, skip, nil
+}
+
+// launcher is the cgroup directory a sandbox makes one cgroup per command
+// in (dir), and the one this process runs in (own).
+type launcher struct{ dir, own string }
+
+// skips says whether dir is another command's cgroup, or below one: dir
+// itself is listed, and walked into, so that the own one is too.
+func (l launcher) skips(dir string) bool {
+	return under(dir, l.dir) && dir != l.dir && !under(dir, l.own)
 }
 
 // sameHierarchy says whether the cgroup c of /proc/<pid>/cgroup is on the

@@ -171,3 +171,23 @@ func TestListenersFindsTheHolder(t *testing.T) {
 		}
 	}
 }
+
+// The launcher's directory is walked into, so that this process's own
+// cgroup is listed (a process of it is no new cgroup's); the other
+// commands' cgroups beside it are not.
+func TestTheLaunchersOwnCgroupIsListed(t *testing.T) {
+	l := launcher{dir: "/sys/fs/cgroup/memory/process_api", own: "/sys/fs/cgroup/memory/process_api/ecb1"}
+	for dir, skipped := range map[string]bool{
+		"/sys/fs/cgroup/memory":                        false,
+		"/sys/fs/cgroup/memory/process_api":            false,
+		"/sys/fs/cgroup/memory/process_api/ecb1":       false,
+		"/sys/fs/cgroup/memory/process_api/ecb1/child": false,
+		"/sys/fs/cgroup/memory/process_api/other":      true,
+		"/sys/fs/cgroup/memory/process_api/other/x":    true,
+		"/sys/fs/cgroup/memory/kubepods":               false,
+	} {
+		if got := l.skips(dir); got != skipped {
+			t.Errorf("skips(%s) = %v, want %v", dir, got, skipped)
+		}
+	}
+}

@@ -320,14 +320,6 @@ func (t *NodeTokens) Prefetch(ctx context.Context, nodes []string, parallel int)
 	return int(minted.Load())
 }
 
-// DefaultTokenPrefetch is how many TokenRequests Prefetch makes at a time
-// unless told otherwise: as many as the default workers, so that minting
-// keeps ahead of a first pass whose workers each also wait on their agent.
-// The API server's cost per token is about 1.5 ms of CPU (an RSA
-// signature), whatever the parallelism: it only moves the requests
-// earlier.
-const DefaultTokenPrefetch = 16
-
 // Forget drops a node's token (the node is gone).
 func (t *NodeTokens) Forget(node string) {
 	t.mu.Lock()
