@@ -12,6 +12,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"nodeconfig.io/services/api/v1alpha1"
@@ -102,6 +104,15 @@ func jsonFields(v any) []string {
 // admissionPolicy reads the named ValidatingAdmissionPolicy from a file of deploy/.
 func admissionPolicy(t *testing.T, file, name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
 	t.Helper()
+	var p admissionregistrationv1.ValidatingAdmissionPolicy
+	deployObject(t, file, "ValidatingAdmissionPolicy", name, &p)
+	return &p
+}
+
+// deployObject decodes into out the object of kind named name in
+// deploy/file.
+func deployObject(t *testing.T, file, kind, name string, out any) {
+	t.Helper()
 	root, err := proc.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -113,16 +124,18 @@ func admissionPolicy(t *testing.T, file, name string) *admissionregistrationv1.V
 	defer f.Close()
 	docs := yaml.NewYAMLOrJSONDecoder(f, 4096)
 	for {
-		var p admissionregistrationv1.ValidatingAdmissionPolicy
-		if err := docs.Decode(&p); err == io.EOF {
+		var doc map[string]any
+		if err := docs.Decode(&doc); err == io.EOF {
 			break
 		} else if err != nil {
 			t.Fatalf("%s: %v", file, err)
 		}
-		if p.Kind == "ValidatingAdmissionPolicy" && p.Name == name {
-			return &p
+		if u := (unstructured.Unstructured{Object: doc}); doc != nil && u.GetKind() == kind && u.GetName() == name {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(doc, out); err != nil {
+				t.Fatalf("%s: %s %s: %v", file, kind, name, err)
+			}
+			return
 		}
 	}
-	t.Fatalf("no ValidatingAdmissionPolicy %s in deploy/%s", name, file)
-	return nil
+	t.Fatalf("no %s %s in deploy/%s", kind, name, file)
 }

@@ -1,18 +1,12 @@
 package integration
 
 import (
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/util/yaml"
-
-	"nodeconfig.io/test/framework/proc"
 )
 
 // Each service's Node policy matches exactly the Node resources its role
@@ -94,27 +88,7 @@ func anyOf(have []string, want ...string) bool {
 // clusterRole reads the named ClusterRole from a file of deploy/.
 func clusterRole(t *testing.T, file, name string) *rbacv1.ClusterRole {
 	t.Helper()
-	root, err := proc.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(filepath.Join(root, "deploy", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	docs := yaml.NewYAMLOrJSONDecoder(f, 4096)
-	for {
-		var r rbacv1.ClusterRole
-		if err := docs.Decode(&r); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		if r.Kind == "ClusterRole" && r.Name == name {
-			return &r
-		}
-	}
-	t.Fatalf("no ClusterRole %s in deploy/%s", name, file)
-	return nil
+	var r rbacv1.ClusterRole
+	deployObject(t, file, "ClusterRole", name, &r)
+	return &r
 }
