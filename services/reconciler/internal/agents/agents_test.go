@@ -32,7 +32,9 @@ func agentPod(name, node, ip string, ready bool) *corev1.Pod {
 	}
 }
 
-func TestTargetFromTheReadyAgentPodOnTheNode(t *testing.T) {
+// agentPods indexes node-a's ready agent Pod and node-b's unready one.
+func agentPods(t *testing.T) cache.Indexer {
+	t.Helper()
 	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	for _, p := range []*corev1.Pod{
 		agentPod("agent-a", "node-a", "10.0.0.1", true),
@@ -42,6 +44,11 @@ func TestTargetFromTheReadyAgentPodOnTheNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return idx
+}
+
+func TestTargetFromTheReadyAgentPodOnTheNode(t *testing.T) {
+	idx := agentPods(t)
 	pool := New(Options{Pods: corelisters.NewPodLister(idx), PodSelector: labels.Everything(), Port: 7601})
 	defer pool.Close()
 	if got, err := pool.Target("node-a"); err != nil || got != "10.0.0.1:7601" {

@@ -9,13 +9,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 )
 
 // gatedAccounts answer TokenRequests only once the gate opens, counting
@@ -118,15 +116,7 @@ func TestPrefetchMintsEveryNodesTokenAtMostParallelAtATime(t *testing.T) {
 // A pool prefetches only the tokens of nodes whose agent it can reach (a
 // ready agent Pod on the node), and none when told 0 at a time.
 func TestPoolPrefetchesTokensOfNodesWithAnAgentOnly(t *testing.T) {
-	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	for _, p := range []*corev1.Pod{
-		agentPod("agent-a", "node-a", "10.0.0.1", true),
-		agentPod("agent-b", "node-b", "10.0.0.2", false),
-	} {
-		if err := idx.Add(p); err != nil {
-			t.Fatal(err)
-		}
-	}
+	idx := agentPods(t)
 	accounts := &gatedAccounts{gate: make(chan struct{}), asked: map[string]int{}, now: time.Now()}
 	close(accounts.gate)
 	tokens, err := NewNodeTokens(accounts, "r", "a/{node}", 100, TokenOptions{})
