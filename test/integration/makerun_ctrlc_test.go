@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -82,18 +83,7 @@ func TestMakeRunCtrlCExitsWithoutMakeError(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command("make", "-s", "run", "NODES=1", "BIN="+bin)
-	cmd.Dir = root
-	// make as typed at a terminal, not as a sub-make of 'make test'.
-	for _, kv := range os.Environ() {
-		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES":
-		default:
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	// Its own process group, as a terminal's foreground job.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := proc.MakeAsTyped(context.Background(), root, "-s", "run", "NODES=1", "BIN="+bin)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

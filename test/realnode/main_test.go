@@ -191,17 +191,7 @@ func runPersonsCommand(ctx context.Context, sig syscall.Signal, bin string) erro
 	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "make", "cluster", "BIN="+bin, "-o", "build", "-o", "images", "-o", "testbin", "-o", "nodebin")
-	cmd.Dir = root
-	// make as typed at a terminal, not as a sub-make of 'make test'.
-	for _, kv := range os.Environ() {
-		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES":
-		default:
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := proc.MakeAsTyped(ctx, root, "cluster", "BIN="+bin, "-o", "build", "-o", "images", "-o", "testbin", "-o", "nodebin")
 	// A deadline kills the whole group, not make alone.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var mu sync.Mutex

@@ -243,3 +243,21 @@ func Binary(name string) (string, error) {
 	}
 	return filepath.Join(dir, name), nil
 }
+
+// MakeAsTyped is make with args run in dir as a person types it at a
+// terminal: not a sub-make of the 'make test' running the tests (their
+// MAKEFLAGS and level dropped), in a process group of its own, as a
+// terminal's foreground job, so that a Ctrl-C goes to the group.
+func MakeAsTyped(ctx context.Context, dir string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "make", args...)
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES":
+		default:
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
