@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"nodeconfig.io/proto/nodeconfig/records"
 	nodeconfigv1 "nodeconfig.io/proto/nodeconfig/v1"
+	"nodeconfig.io/test/framework/audit"
 	"nodeconfig.io/test/framework/grpcspy"
 	"nodeconfig.io/test/framework/proc"
 	"nodeconfig.io/test/framework/sim"
@@ -70,5 +72,66 @@ func TestLeaderFailoverMidSoakPromotesOnTime(t *testing.T) {
 	}
 	if got := e.records(0).GetLastKnownGood(); !proto.Equal(got, lkg) {
 		t.Fatalf("last-known-good was written again: %v, first %v", got, lkg)
+	}
+}
+
+// A standby mints every node's agent token while the leader leads, so a
+// new leader's first pass finds them ready: the API server's audit log
+// shows a second TokenRequest for each node's audience before the kill,
+// and none from the kill until the new leader has every node active on a
+// change, which it reaches only with tokens the agents accept.
+func TestNewLeaderFindsEveryAgentTokenMintedWhileStandingBy(t *testing.T) {
+	e := newSecureNodes(t, 2)
+	args := e.reconcilerArgs(reconcilerSA)
+	leader := e.startReconciler("r0", args...)
+	v1 := e.configMap("cfg", map[string]string{"config.yaml": goodYAML})
+	e.use(e.label, "cfg", map[string]any{"soakSeconds": int64(1)})
+	e.waitAllPromoted(v1.ResourceVersion)
+	standby := e.startReconciler("r1", args...)
+	auditLog := filepath.Join(e.c.Dir, "audit.log")
+	var minted map[string]int
+	if err := proc.WaitFor(30*time.Second, func() (bool, error) {
+		trs, err := audit.TokenRequests(auditLog)
+		if err != nil {
+			return false, err
+		}
+		minted = map[string]int{}
+		for _, tr := range trs {
+			for _, a := range tr.Audiences {
+				minted[a]++
+			}
+		}
+		for _, n := range e.nodes {
+			if minted[audienceOf(n.Name)] < 2 {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the standby never minted each node's token (TokenRequests by audience: %v): %v", minted, err)
+	}
+	leader.Kill()
+	killed := time.Now()
+	e.reconciler = standby
+	v2 := e.configMap("cfg", map[string]string{"config.yaml": "maxPods: 112\n"})
+	for _, n := range e.nodes {
+		e.waitNode(n.Name, 60*time.Second, "v2 active under the new leader", func(st corev1.NodeConfigStatus, _ *corev1.NodeCondition) bool {
+			return rv(st.Active) == v2.ResourceVersion
+		})
+	}
+	trs, err := audit.TokenRequests(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := map[string]bool{}
+	for _, n := range e.nodes {
+		ours[audienceOf(n.Name)] = true
+	}
+	for _, tr := range trs {
+		for _, a := range tr.Audiences {
+			if ours[a] && !tr.At.Before(killed) {
+				t.Errorf("TokenRequest at %v for %s, after the leader was killed at %v: the new leader minted on its first pass", tr.At, a, killed)
+			}
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/tools/leaderelection"
@@ -44,7 +45,10 @@ func (r *Reconciler) electionConfig(le LeaderElection) (*leaderelection.LeaderEl
 			// lead's context ends when the lease is lost, and lead builds
 			// its whole view anew each time, so a replica that lost the
 			// lease (an API server outage, say) simply stands again.
-			OnStartedLeading: r.lead,
+			OnStartedLeading: func(ctx context.Context) {
+				r.stopStandingBy()
+				r.lead(ctx)
+			},
 			OnStoppedLeading: func() { log.Info("not leading; standing for election again") },
 			OnNewLeader:      func(id string) { log.Info("leader", "identity", id) },
 		},
@@ -52,14 +56,23 @@ func (r *Reconciler) electionConfig(le LeaderElection) (*leaderelection.LeaderEl
 }
 
 // runElected stands for election until ctx ends, again after every lost
-// lease. It returns the error of an election config client-go refuses.
+// lease, standing by (standBy) until it leads. It returns the error of an
+// election config client-go refuses.
 func (r *Reconciler) runElected(ctx context.Context) error {
 	for ctx.Err() == nil {
 		elector, err := leaderelection.NewLeaderElector(*r.election)
 		if err != nil {
 			return err
 		}
+		standingCtx, stopStanding := context.WithCancel(ctx)
+		var standing sync.WaitGroup
+		standing.Go(func() { r.standBy(standingCtx, elector) })
+		// Set before the elector runs, which calls it as it starts leading;
+		// the standby's last request may end after the lead begins.
+		r.stopStandingBy = stopStanding
 		elector.Run(ctx)
+		stopStanding()
+		standing.Wait()
 	}
 	return nil
 }

@@ -131,6 +131,8 @@ type Reconciler struct {
 	// certs signs the agents' serving certificates while this replica
 	// leads; nil when the reconciler has no signer CA.
 	certs *agentcerts.Signer
+	// stopStandingBy ends the standby of the election under way (standBy).
+	stopStandingBy context.CancelFunc
 }
 
 // New checks the options and builds the agents' credentials and the

@@ -124,9 +124,10 @@ func runtimeMemory(page []byte) string {
 // failed node syncs are retried with backoff, a rollout's stragglers; the
 // waiting ones asked no agent, their ConfigMap not listed yet), and its
 // TokenRequests for the agents' tokens: on a call's path, renewed ahead in
-// the background, and minted by a new leader before its first pass.
+// the background, minted by a new leader before its first pass, and
+// minted while standing by.
 type syncCounts struct {
-	nodes, nodesFailed, nodesWaited, nodeConfigs, tokensOnUse, tokensAhead, tokensPrefetched float64
+	nodes, nodesFailed, nodesWaited, nodeConfigs, tokensOnUse, tokensAhead, tokensPrefetched, tokensStandby float64
 }
 
 // since is what was counted after before.
@@ -134,7 +135,7 @@ func (s syncCounts) since(before syncCounts) syncCounts {
 	return syncCounts{
 		nodes: s.nodes - before.nodes, nodesFailed: s.nodesFailed - before.nodesFailed, nodesWaited: s.nodesWaited - before.nodesWaited,
 		nodeConfigs: s.nodeConfigs - before.nodeConfigs, tokensOnUse: s.tokensOnUse - before.tokensOnUse, tokensAhead: s.tokensAhead - before.tokensAhead,
-		tokensPrefetched: s.tokensPrefetched - before.tokensPrefetched,
+		tokensPrefetched: s.tokensPrefetched - before.tokensPrefetched, tokensStandby: s.tokensStandby - before.tokensStandby,
 	}
 }
 
@@ -181,6 +182,8 @@ func parseSyncs(page []byte) (syncCounts, error) {
 				n.tokensAhead += m.GetCounter().GetValue()
 			case l.GetValue() == "prefetch":
 				n.tokensPrefetched += m.GetCounter().GetValue()
+			case l.GetValue() == "standby":
+				n.tokensStandby += m.GetCounter().GetValue()
 			}
 		}
 	}

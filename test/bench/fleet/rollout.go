@@ -41,8 +41,13 @@ func (r *fleetRun) startReconciler() error {
 	if err := waitLeading(r.ctx, r.metricsAddr, time.Minute); err != nil {
 		return fmt.Errorf("the first reconciler: %w", err)
 	}
-	r.standby, _, r.standbyMetrics, err = r.launchReconciler("standby")
-	return err
+	if r.standby, _, r.standbyMetrics, err = r.launchReconciler("standby"); err != nil {
+		return err
+	}
+	if !r.o.auth {
+		return nil
+	}
+	return r.waitStandbyTokens(r.wait)
 }
 
 // launchReconciler starts one reconciler instance named name (its log

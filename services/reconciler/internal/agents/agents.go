@@ -244,6 +244,21 @@ func (p *Pool) PrefetchTokens(ctx context.Context, nodes []string) int {
 	if p.o.Tokens == nil || p.o.TokenPrefetch <= 0 {
 		return 0
 	}
+	return p.o.Tokens.Prefetch(ctx, p.withAgent(nodes), p.o.TokenPrefetch)
+}
+
+// StandByTokens mints, one at a time, the tokens of the nodes whose agent
+// is known and that hold none yet (NodeTokens.StandBy); it returns how
+// many of them were minted.
+func (p *Pool) StandByTokens(ctx context.Context, nodes []string) int {
+	if p.o.Tokens == nil {
+		return 0
+	}
+	return p.o.Tokens.StandBy(ctx, p.withAgent(nodes))
+}
+
+// withAgent is nodes without those whose agent is not known (Target).
+func (p *Pool) withAgent(nodes []string) []string {
 	hasAgent := func(node string) bool {
 		_, err := p.Target(node)
 		return err == nil
@@ -252,7 +267,7 @@ func (p *Pool) PrefetchTokens(ctx context.Context, nodes []string) int {
 		// Found in the cluster: one listing for the fleet, not one per node.
 		pods, err := p.o.Pods.List(p.o.PodSelector)
 		if err != nil {
-			return 0
+			return nil
 		}
 		ready := make(map[string]bool, len(pods))
 		for _, pod := range pods {
@@ -262,8 +277,7 @@ func (p *Pool) PrefetchTokens(ctx context.Context, nodes []string) int {
 		}
 		hasAgent = func(node string) bool { return ready[node] }
 	}
-	withAgent := slices.DeleteFunc(slices.Clone(nodes), func(node string) bool { return !hasAgent(node) })
-	return p.o.Tokens.Prefetch(ctx, withAgent, p.o.TokenPrefetch)
+	return slices.DeleteFunc(slices.Clone(nodes), func(node string) bool { return !hasAgent(node) })
 }
 
 // Forget closes the connection of a node that is gone.

@@ -134,3 +134,52 @@ func TestPoolPrefetchesTokensOfNodesWithAnAgentOnly(t *testing.T) {
 		t.Fatalf("%d minted, asked %v; want node-a's token alone (node-b's agent is not ready, node-c has none)", n, accounts.asked)
 	}
 }
+
+// A standby mints the tokens of the nodes with an agent that hold none,
+// one request at a time (it must not compete with the leader's calls),
+// counted as standby's.
+func TestStandByMintsMissingTokensOneAtATime(t *testing.T) {
+	accounts := &gatedAccounts{gate: make(chan struct{}), asked: map[string]int{}, now: time.Now()}
+	tokens, err := NewNodeTokens(accounts, "r", "a/{node}", 100, TokenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := map[string]string{}
+	var nodes []string
+	for i := range 6 {
+		n := fmt.Sprintf("node-%d", i)
+		static[n], nodes = "127.0.0.1:7601", append(nodes, n)
+	}
+	pool := New(Options{Static: static, Tokens: tokens})
+	defer pool.Close()
+	done := make(chan int)
+	go func() { done <- pool.StandByTokens(context.Background(), append(nodes, "no-agent")) }()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		inFlight, _ := accounts.state()
+		return inFlight == 1, nil
+	}); err != nil {
+		t.Fatalf("no request in flight: %v", err)
+	}
+	close(accounts.gate)
+	if n := <-done; n != len(nodes) {
+		t.Fatalf("StandByTokens says %d minted, want %d", n, len(nodes))
+	}
+	if _, peak := accounts.state(); peak != 1 {
+		t.Fatalf("%d TokenRequests in flight at once, want 1", peak)
+	}
+	if accounts.asked["a/no-agent"] != 0 || len(accounts.asked) != len(nodes) {
+		t.Fatalf("asked %v: want one request for each node with an agent", accounts.asked)
+	}
+	if got := testutil.ToFloat64(tokens.requests.WithLabelValues("standby")); got != float64(len(nodes)) {
+		t.Fatalf("nodeconfig_agent_token_requests_total{when=standby} %v, want %d", got, len(nodes))
+	}
+	// A second pass finds every token fresh and asks for none.
+	if n := pool.StandByTokens(context.Background(), nodes); n != 0 {
+		t.Fatalf("a second pass minted %d", n)
+	}
+	for _, n := range nodes {
+		if got := accounts.asked["a/"+n]; got != 1 {
+			t.Fatalf("%s: %d TokenRequests, want 1", n, got)
+		}
+	}
+}

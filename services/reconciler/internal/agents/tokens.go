@@ -110,10 +110,10 @@ func NewNodeTokens(accounts corev1client.ServiceAccountInterface, account, audie
 	}
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodeconfig_agent_token_requests_total",
-		Help: "TokenRequests for the agents' per-node tokens, by when: ahead (renewed in the background), prefetch (minted in parallel before a node's first call, as a replica starts leading) or on_use (on a call's path, none being valid: a rising count says the renewal ahead falls behind).",
+		Help: "TokenRequests for the agents' per-node tokens, by when: ahead (renewed in the background), prefetch (minted in parallel before a node's first call, as a replica starts leading), standby (minted while another replica leads, ready for a fail-over) or on_use (on a call's path, none being valid: a rising count says the renewal ahead falls behind).",
 	}, []string{"when"})
 	// Both series from the start, at 0: a rate over them needs no first request.
-	for _, w := range []mintFor{onUse, ahead, prefetch} {
+	for _, w := range []mintFor{onUse, ahead, prefetch, standby} {
 		requests.WithLabelValues(w.String())
 	}
 	t := &NodeTokens{accounts: accounts, account: account, audience: audience, lifetime: o.Lifetime, renewAfter: o.RenewAfter,
@@ -157,6 +157,7 @@ const (
 	onUse    mintFor = iota // on a call's path, none being valid
 	ahead                   // Run's renewal of a token held
 	prefetch                // Prefetch's, before the node's first call
+	standby                 // StandBy's, while another replica leads
 )
 
 func (w mintFor) String() string {
@@ -165,6 +166,8 @@ func (w mintFor) String() string {
 		return "ahead"
 	case prefetch:
 		return "prefetch"
+	case standby:
+		return "standby"
 	}
 	return "on_use"
 }
@@ -296,6 +299,22 @@ func (t *NodeTokens) refreshDue(ctx context.Context) error {
 // to be minted on use. It returns how many of the nodes got a token from
 // its requests (or from a call's request it joined).
 func (t *NodeTokens) Prefetch(ctx context.Context, nodes []string, parallel int) int {
+	return t.mintMissing(ctx, nodes, parallel, prefetch)
+}
+
+// StandBy mints, one request at a time, the tokens of nodes that hold none
+// yet, until done or ctx ends, and returns how many it minted. A standby
+// replica calls it so that, should it come to lead, its first pass finds
+// every token ready: a new leader otherwise mints one per node, each an
+// RSA signature of the API server, while the fleet waits. The tokens are
+// those a leader would mint (bound to this replica's own Pod when
+// TokenOptions.BoundPod says so) and leave this process only for the
+// agent whose certificate a call verified.
+func (t *NodeTokens) StandBy(ctx context.Context, nodes []string) int {
+	return t.mintMissing(ctx, nodes, 1, standby)
+}
+
+func (t *NodeTokens) mintMissing(ctx context.Context, nodes []string, parallel int, why mintFor) int {
 	var g errgroup.Group
 	g.SetLimit(max(parallel, 1))
 	var minted atomic.Int64
@@ -310,7 +329,7 @@ func (t *NodeTokens) Prefetch(ctx context.Context, nodes []string, parallel int)
 			if ctx.Err() != nil {
 				return nil
 			}
-			if _, err := t.mint(ctx, node, prefetch); err == nil {
+			if _, err := t.mint(ctx, node, why); err == nil {
 				minted.Add(1)
 			}
 			return nil
