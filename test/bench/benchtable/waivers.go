@@ -40,21 +40,33 @@ type staleKey struct{ file, run string }
 
 // limits are the machine's limits a missed waiver may name: a floor the
 // run measured, below which the figure cannot fall on this machine.
-var limits = map[string]struct {
-	what  string
-	value func(line map[string]float64) float64 // 0: not measured
-}{
-	"floor-s": {"the API server's write floor", func(l map[string]float64) float64 { return l["floor-s"] }},
-	"cpu-floor-s": {"the CPU floor (all the run's CPU over these cores)",
-		func(l map[string]float64) float64 { return l["cpu-floor-s"] }},
-	"control-plane-cpu-floor-s": {"the control plane's CPU floor alone (its share of the CPU floor, the agents elsewhere)",
-		func(l map[string]float64) float64 {
+var limits = map[string]limit{
+	"floor-s": {what: "the API server's write floor", value: func(l map[string]float64) float64 { return l["floor-s"] }},
+	"cpu-floor-s": {what: "the CPU floor (all the run's CPU over these cores)",
+		value: func(l map[string]float64) float64 { return l["cpu-floor-s"] }},
+	"control-plane-cpu-floor-s": {what: "the control plane's CPU floor alone (its share of the CPU floor, the agents elsewhere)",
+		value: func(l map[string]float64) float64 {
 			agents, cp := l["agents-cpu-s"], l["control-plane-cpu-s"]
 			if agents+cp <= 0 {
 				return 0
 			}
 			return l["cpu-floor-s"] * cp / (agents + cp)
 		}},
+	"failover-floor-x-change": {what: "the killed leader's Lease running out and the new leader's CPU floor, to the change",
+		value: func(l map[string]float64) float64 { return l["failover-floor-x-change"] }, ratio: true},
+}
+
+type limit struct {
+	what  string
+	value func(line map[string]float64) float64 // 0: not measured
+	ratio bool                                  // a ratio to another figure, not seconds
+}
+
+func (l limit) format(v float64) string {
+	if l.ratio {
+		return fmt.Sprintf("%.2f x", v)
+	}
+	return fmt.Sprintf("%.1f s", v)
 }
 
 // readWaivers reads the waivers file at path; no file is no waiver.
@@ -132,9 +144,9 @@ func (w waivers) waiveMiss(r row, line map[string]float64) (waived bool, note st
 	case v <= 0:
 		return false, fmt.Sprintf("waiver void: the run measured no %s", mw.limit)
 	case r.ok(v):
-		return false, fmt.Sprintf("waiver void: %s, %.1f s, meets the target", l.what, v)
+		return false, fmt.Sprintf("waiver void: %s, %s, meets the target", l.what, l.format(v))
 	}
-	return true, fmt.Sprintf("waived: %s, %.1f s, misses it too", l.what, v)
+	return true, fmt.Sprintf("waived: %s, %s, misses it too", l.what, l.format(v))
 }
 
 // unused names the waivers of w that the output o of the saved file named
