@@ -67,8 +67,8 @@ func Take(scope Scope) (*Snapshot, error) {
 	if s.Links, err = links(); err != nil {
 		return nil, err
 	}
-	var skip func(string) bool
-	if s.Cgroups, skip, err = cgroups(); err != nil {
+	var h hierarchies
+	if s.Cgroups, h, err = cgroups(); err != nil {
 		return nil, err
 	}
 	if s.Entries, err = entries(); err != nil {
@@ -76,7 +76,7 @@ func Take(scope Scope) (*Snapshot, error) {
 	}
 	// Last: the commands above have ended, and any process of the scope
 	// still alive is one the run left.
-	if s.Processes, err = processes(scope, skip); err != nil {
+	if s.Processes, err = processes(scope, h); err != nil {
 		return nil, err
 	}
 	if s.Sysctls, err = sysctls(); err != nil {
@@ -303,22 +303,22 @@ func sysctls() (map[string]string, error) {
 // root, the directory holding it is whoever started the test (a sandbox
 // makes one cgroup per command there, as other users of the machine run
 // theirs); of that directory only this process's own subtree counts.
-func cgroups() (dirs []string, skip func(string) bool, err error) {
+func cgroups() (dirs []string, h hierarchies, err error) {
 	infos, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
-		return nil, nil, err
+		return nil, h, err
 	}
 	own, err := procfs.NewDefaultFS()
 	if err != nil {
-		return nil, nil, err
+		return nil, h, err
 	}
 	self, err := own.Self()
 	if err != nil {
-		return nil, nil, err
+		return nil, h, err
 	}
 	mine, err := self.Cgroups()
 	if err != nil {
-		return nil, nil, err
+		return nil, h, err
 	}
 	var launchers []launcher
 	for _, m := range infos {
@@ -330,7 +330,7 @@ func cgroups() (dirs []string, skip func(string) bool, err error) {
 			launchers = append(launchers, launcher{dir: filepath.Dir(dir), own: dir})
 		}
 	}
-	skip = func(dir string) bool {
+	skip := func(dir string) bool {
 		for _, l := range launchers {
 			if l.skips(dir) {
 				return true
@@ -351,7 +351,14 @@ func cgroups() (dirs []string, skip func(string) bool, err error) {
 		})
 	}
 	sort.Strings(dirs)
-	return dirs, skip, nil
+	return dirs, hierarchies{mounts: infos, skip: skip}, nil
+}
+
+// hierarchies are the cgroup hierarchies mounted here and which of their
+// directories are the launcher's, read once for a snapshot.
+type hierarchies struct {
+	mounts []*mountinfo.Info
+	skip   func(string) bool
 }
 
 // launcher is the cgroup directory a sandbox makes one cgroup per command
@@ -384,18 +391,18 @@ func sameHierarchy(m *mountinfo.Info, c procfs.Cgroup) bool {
 
 // cgroupDirs turns a process's cgroups into directories of the hierarchies
 // mounted here, leaving out the hierarchies' roots and the launcher's.
-func cgroupDirs(cgs []procfs.Cgroup, infos []*mountinfo.Info, skip func(string) bool) []string {
+func (h hierarchies) cgroupDirs(cgs []procfs.Cgroup) []string {
 	var dirs []string
 	for _, c := range cgs {
 		if c.Path == "/" {
 			continue
 		}
-		for _, m := range infos {
+		for _, m := range h.mounts {
 			if !sameHierarchy(m, c) {
 				continue
 			}
 			dir := filepath.Join(m.Mountpoint, strings.TrimPrefix(c.Path, m.Root))
-			if !skip(dir) {
+			if !h.skip(dir) {
 				dirs = append(dirs, dir)
 			}
 		}
@@ -422,16 +429,12 @@ type Process struct {
 // processes lists the processes of the scope, and those in a cgroup other
 // than a hierarchy's root or the launcher's. This process and its ancestors
 // are never listed: they run the test.
-func processes(scope Scope, skip func(string) bool) (map[string]Process, error) {
+func processes(scope Scope, h hierarchies) (map[string]Process, error) {
 	pfs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return nil, err
 	}
 	all, err := pfs.AllProcs()
-	if err != nil {
-		return nil, err
-	}
-	infos, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return nil, err
 	}
@@ -459,7 +462,7 @@ func processes(scope Scope, skip func(string) bool) (map[string]Process, error) 
 			}
 		}
 		if cgs, err := p.Cgroups(); err == nil {
-			i.proc.Cgroups = cgroupDirs(cgs, infos, skip)
+			i.proc.Cgroups = h.cgroupDirs(cgs)
 		}
 		byPid[p.PID] = i
 	}
