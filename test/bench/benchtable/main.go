@@ -408,7 +408,9 @@ func block(o output, source string, wv waivers) (string, []string) {
 	var used []string
 	for _, r := range rows {
 		if mw, ok := wv.missed[r.figure]; ok {
-			if waived, _ := wv.waiveMiss(r, o.line[r.bench]); waived {
+			if waived, _ := wv.waiveMiss(r, o.line[r.bench]); waived && mw.open {
+				used = append(used, fmt.Sprintf("- MISSED, open in %s: %s: %s\n", mw.limit, r.figure, mw.why))
+			} else if waived {
 				used = append(used, fmt.Sprintf("- MISSED, waived (%s): %s: %s\n", mw.limit, r.figure, mw.why))
 			}
 		}
