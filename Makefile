@@ -54,7 +54,7 @@ VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION) -X node
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
-.PHONY: help tools testbin nodebin node-packages promtool generate build lint test test-unit bench fleet-bench store-bench bench-table fleet fleet-plugin run cluster clean fuzz images build-race
+.PHONY: help tools testbin nodebin node-packages promtool generate build lint test test-unit bench realnode-bench fleet-bench store-bench bench-table fleet fleet-plugin run cluster clean fuzz images build-race
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -234,8 +234,19 @@ bench: build testbin nodebin node-packages images ## every performance figure in
 	go run nodeconfig.io/test/bench/fleet -nodes 1000 -auth=false | tee -a $(BENCH_OUT)
 	@# The same fleet with Nodes of a real kubelet's size: what every status patch rewrites in etcd.
 	go run nodeconfig.io/test/bench/fleet -nodes 1000 -kubelet-like-nodes | tee -a $(BENCH_OUT)
-	go test -short -run '^$$' -bench KubeletRunsNewConfig -benchtime 20x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
+	$(REALNODE_BENCH)
+	@echo; $(MAKE) --no-print-directory bench-table
+
+# The real kubelet's figures (root, containerd, a kubelet), the last part of make bench.
+define REALNODE_BENCH
+go test -short -run '^$$' -bench KubeletRunsNewConfig -benchtime 20x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
 	go test -short -run '^$$' -bench BadConfigToHealthyLastKnownGood -benchtime 10x nodeconfig.io/test/realnode | tee -a $(BENCH_OUT)
+endef
+
+realnode-bench: build testbin nodebin node-packages images ## the real kubelet's figures of make bench alone, appended to docs/bench/latest.txt, then the table (about 5 min)
+	@mkdir -p $(dir $(BENCH_OUT))
+	@$(call BENCH_RUN,make realnode-bench) >> $(BENCH_OUT)
+	$(REALNODE_BENCH)
 	@echo; $(MAKE) --no-print-directory bench-table
 
 fleet-bench: build testbin nodebin ## one fleet run of FLEET_NODES nodes (a rollout to FLEET_SELECT of them, 0: all) appended to docs/bench/latest.txt (the 5,000-node rows: FLEET_NODES=5000, its fail-over row: FLEET_FAILOVER=1 too), then the table

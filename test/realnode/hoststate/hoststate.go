@@ -30,11 +30,12 @@ var Sysctls = []string{
 }
 
 // FixedPaths are directories containerd, the kubelet and the CNI plugins use
-// whatever their flags say.
+// whatever their flags say, and /run/mount, where util-linux's mount, which
+// the kubelet runs for volumes, keeps its table.
 var FixedPaths = []string{
 	"/run/containerd", "/var/lib/kubelet", "/var/lib/cni", "/var/log/containers", "/var/log/pods",
 	"/run/netns", "/etc/cni", "/opt/cni", "/opt/containerd",
-	"/usr/libexec/kubernetes",
+	"/usr/libexec/kubernetes", "/run/mount",
 }
 
 // Before is what the machine looked like before the node started.
