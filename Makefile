@@ -54,7 +54,7 @@ VERSION_LDFLAGS := -X nodeconfig.io/services/servekit.Version=$(VERSION) -X node
 # The real node's pod sandbox image, built here: the test machine reaches no registry.
 PAUSE_IMAGE := nodeconfig.local/pause:test
 
-.PHONY: help tools testbin nodebin node-packages promtool generate build lint test test-unit bench realnode-bench fleet-bench store-bench bench-table fleet fleet-plugin run cluster clean fuzz images build-race
+.PHONY: help tools testbin nodebin node-packages promtool generate build lint test test-unit bench e2e-bench realnode-bench fleet-bench store-bench bench-table fleet fleet-plugin run cluster clean fuzz images build-race
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -225,8 +225,7 @@ bench: build testbin nodebin node-packages images ## every performance figure in
 	go test -run '^$$' -bench . -skip PutCheckpointConcurrent -benchtime $(BENCHTIME) nodeconfig.io/services/... | tee -a $(BENCH_OUT)
 	@# Its target holds in each of 5 consecutive runs, all of which the table judges.
 	go test -run '^$$' -bench PutCheckpointConcurrent -benchtime 3x -count 5 nodeconfig.io/services/checkpointd/internal/grpcapi | tee -a $(BENCH_OUT)
-	go test -run '^$$' -bench AssignmentLatency -benchtime 200x nodeconfig.io/test/e2e | tee -a $(BENCH_OUT)
-	go test -run '^$$' -bench 'WritesPerNode|SteadyState' -benchtime 3x nodeconfig.io/test/e2e | tee -a $(BENCH_OUT)
+	$(E2E_BENCH)
 	go run nodeconfig.io/test/bench/fleet -nodes 1000 | tee -a $(BENCH_OUT)
 	@# The same change as after a quiet hour: every node's token due for renewal, every review expired.
 	go run nodeconfig.io/test/bench/fleet -nodes 1000 -tokens-due 60s | tee -a $(BENCH_OUT)
@@ -235,6 +234,18 @@ bench: build testbin nodebin node-packages images ## every performance figure in
 	@# The same fleet with Nodes of a real kubelet's size: what every status patch rewrites in etcd.
 	go run nodeconfig.io/test/bench/fleet -nodes 1000 -kubelet-like-nodes | tee -a $(BENCH_OUT)
 	$(REALNODE_BENCH)
+	@echo; $(MAKE) --no-print-directory bench-table
+
+# The end-to-end figures of make bench (a local control plane, simulated nodes).
+define E2E_BENCH
+go test -run '^$$' -bench AssignmentLatency -benchtime 200x nodeconfig.io/test/e2e | tee -a $(BENCH_OUT)
+	go test -run '^$$' -bench 'WritesPerNode|SteadyState' -benchtime 3x nodeconfig.io/test/e2e | tee -a $(BENCH_OUT)
+endef
+
+e2e-bench: build testbin ## the end-to-end figures of make bench alone (latency, writes), appended to docs/bench/latest.txt, then the table (about 3 min)
+	@mkdir -p $(dir $(BENCH_OUT))
+	@$(call BENCH_RUN,make e2e-bench) >> $(BENCH_OUT)
+	$(E2E_BENCH)
 	@echo; $(MAKE) --no-print-directory bench-table
 
 # The real kubelet's figures (root, containerd, a kubelet), the last part of make bench.
